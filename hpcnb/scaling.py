@@ -1,0 +1,404 @@
+"""Scaling curves from a tidy table of runs: speed-up, efficiency, Amdahl, batch/LR rules.
+
+One row per measured run (CSV columns ``tasks,nodes,seconds[,samples][,kind]``;
+any extra columns such as ``job_id`` are kept). ``seconds`` is the wall time of
+the measured part only. ``kind`` is ``strong`` (same global work at every task
+count) or ``weak`` (same work per task); it defaults to ``strong``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+__all__ = [
+    "Run", "ScaledRun", "AmdahlFit", "read_runs", "write_runs", "validate_runs",
+    "speedup_efficiency", "fit_amdahl", "amdahl_speedup", "gustafson_speedup",
+    "lr_scaling", "global_batch", "plot_scaling", "format_table",
+]
+
+COLUMNS = ("tasks", "nodes", "seconds", "samples", "kind")
+REQUIRED = ("tasks", "nodes", "seconds")
+KINDS = ("strong", "weak")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run; ``extra`` keeps any additional CSV columns as strings."""
+
+    tasks: int
+    nodes: int
+    seconds: float
+    samples: int | None = None
+    kind: str = "strong"
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class ScaledRun:
+    """A run with speed-up and efficiency relative to the smallest task count of its kind.
+
+    ``ideal`` is ``tasks / base_tasks``. Strong: ``speedup = T_base / T``,
+    ``efficiency = speedup / ideal``. Weak: ``efficiency = T_base / T`` and
+    ``speedup = efficiency * ideal`` (the scaled speed-up). ``throughput`` is
+    samples per second when ``samples`` is known.
+    """
+
+    tasks: int
+    nodes: int
+    seconds: float
+    samples: int | None
+    kind: str
+    base_tasks: int
+    ideal: float
+    speedup: float
+    efficiency: float
+    throughput: float | None
+
+
+RowLike = Union[Run, Mapping[str, Any]]
+
+
+# --------------------------------------------------------------------------- table I/O
+
+def validate_runs(rows: Iterable[RowLike], source: str = "rows") -> list[Run]:
+    """Convert dicts (e.g. CSV rows) or Runs into validated :class:`Run` objects.
+
+    Raises ``ValueError`` naming the row and column for missing columns,
+    non-numeric or non-positive values, unknown ``kind``, ``nodes > tasks``, and
+    ``samples`` inconsistent with the kind (strong: equal; weak: equal per task).
+    """
+    runs: list[Run] = []
+    for i, row in enumerate(rows):
+        where = f"{source} row {i + 1}"
+        if isinstance(row, Run):
+            row = {"tasks": row.tasks, "nodes": row.nodes, "seconds": row.seconds,
+                   "samples": row.samples, "kind": row.kind, **row.extra}
+        missing = [c for c in REQUIRED if c not in row]
+        if missing:
+            raise ValueError(f"{where}: missing column(s) {', '.join(map(repr, missing))} "
+                             f"(have {', '.join(map(repr, row))}); a run needs "
+                             "tasks, nodes and seconds (wall time of the measured part)")
+        tasks = _positive(row["tasks"], "tasks", where, int)
+        nodes = _positive(row["nodes"], "nodes", where, int)
+        seconds = _positive(row["seconds"], "seconds", where, float)
+        samples = None if _blank(row.get("samples")) else _positive(row["samples"], "samples", where, int)
+        kind = "strong" if _blank(row.get("kind")) else str(row["kind"]).strip().lower()
+        if kind not in KINDS:
+            raise ValueError(f"{where}: kind={row['kind']!r}; use 'strong' (same total work) "
+                             "or 'weak' (same work per task)")
+        if nodes > tasks:
+            raise ValueError(f"{where}: nodes={nodes} > tasks={tasks}; every node runs at "
+                             "least one task - check the two columns are not swapped")
+        extra = {k: "" if v is None else str(v) for k, v in row.items() if k not in COLUMNS}
+        runs.append(Run(tasks, nodes, seconds, samples, kind, extra))
+    if not runs:
+        raise ValueError(f"{source}: no runs; add at least one row")
+    _check_work(runs, source)
+    return runs
+
+
+def read_runs(path: str | os.PathLike) -> list[Run]:
+    """Read and validate a runs CSV (header row required)."""
+    path = Path(path)
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise ValueError(f"{path}: empty file; expected a header like 'tasks,nodes,seconds'")
+        missing = [c for c in REQUIRED if c not in reader.fieldnames]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(map(repr, missing))} in header "
+                             f"{reader.fieldnames}; add them (seconds = wall time of the measured part)")
+        return validate_runs(list(reader), source=str(path))
+
+
+def write_runs(path: str | os.PathLike, rows: Iterable[RowLike]) -> Path:
+    """Validate ``rows`` and write them as CSV (standard columns first, extras after)."""
+    runs = validate_runs(rows)
+    extras = sorted({k for r in runs for k in r.extra})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*COLUMNS, *extras])
+        writer.writeheader()
+        for r in runs:
+            writer.writerow({"tasks": r.tasks, "nodes": r.nodes, "seconds": repr(r.seconds),
+                             "samples": "" if r.samples is None else r.samples,
+                             "kind": r.kind, **r.extra})
+    return path
+
+
+# --------------------------------------------------------------------------- analysis
+
+def speedup_efficiency(rows: Iterable[RowLike]) -> list[ScaledRun]:
+    """Speed-up and efficiency per run, per kind, relative to that kind's smallest task count.
+
+    With repeated runs at the base task count the baseline is their median.
+    """
+    runs = validate_runs(rows)
+    out: list[ScaledRun] = []
+    for kind in KINDS:
+        group = [r for r in runs if r.kind == kind]
+        if not group:
+            continue
+        base_n = min(r.tasks for r in group)
+        t_base = statistics.median(r.seconds for r in group if r.tasks == base_n)
+        for r in sorted(group, key=lambda r: r.tasks):
+            ideal = r.tasks / base_n
+            if kind == "strong":
+                speedup = t_base / r.seconds
+                eff = speedup / ideal
+            else:
+                eff = t_base / r.seconds
+                speedup = eff * ideal
+            thr = None if r.samples is None else r.samples / r.seconds
+            out.append(ScaledRun(r.tasks, r.nodes, r.seconds, r.samples, kind, base_n,
+                                 ideal, speedup, eff, thr))
+    return out
+
+
+@dataclass(frozen=True)
+class AmdahlFit:
+    """Least-squares fit of ``T(N) = t1 * (s + (1 - s) / N)`` to strong-scaling runs."""
+
+    serial_fraction: float
+    t1: float
+    rms_residual_s: float
+    n_runs: int
+    tasks: tuple[int, ...]
+
+    @property
+    def max_speedup(self) -> float:
+        """Asymptotic speed-up ``1/s`` (infinite when the fit finds no serial part)."""
+        return math.inf if self.serial_fraction == 0 else 1.0 / self.serial_fraction
+
+    def seconds(self, n: float) -> float:
+        """Predicted wall time at ``n`` tasks."""
+        return self.t1 * (self.serial_fraction + (1 - self.serial_fraction) / n)
+
+    def speedup(self, n: float, base: float = 1) -> float:
+        """Predicted speed-up at ``n`` tasks relative to ``base`` tasks."""
+        return self.seconds(base) / self.seconds(n)
+
+    @property
+    def predicted(self) -> dict[int, float]:
+        """Predicted speed-up (vs 1 task) at each measured task count."""
+        return {n: amdahl_speedup(self.serial_fraction, n) for n in self.tasks}
+
+    def __str__(self) -> str:
+        cap = "unbounded" if math.isinf(self.max_speedup) else f"{self.max_speedup:.1f}x"
+        return (f"Amdahl fit over {self.n_runs} runs: serial fraction s = {self.serial_fraction:.3f}, "
+                f"T1 = {self.t1:.3g} s, max speed-up 1/s = {cap}, "
+                f"rms residual {self.rms_residual_s:.3g} s")
+
+
+def fit_amdahl(rows: Iterable[RowLike]) -> AmdahlFit:
+    """Fit the serial fraction ``s`` to strong-scaling runs (closed-form least squares).
+
+    ``T(N) = a + b/N`` is linear in ``a = t1*s`` and ``b = t1*(1-s)``; solving
+    the 2x2 normal equations with ``a, b >= 0`` gives ``s = a / (a + b)``,
+    which is therefore already in [0, 1]. Needs at least two task counts.
+    """
+    runs = [r for r in validate_runs(rows) if r.kind == "strong"]
+    if not runs:
+        raise ValueError("fit_amdahl: no strong-scaling rows; Amdahl's law describes fixed total "
+                         "work - for weak scaling use gustafson_speedup()")
+    tasks = sorted({r.tasks for r in runs})
+    if len(tasks) < 2:
+        raise ValueError(f"fit_amdahl: all runs use tasks={tasks[0]}; measure at least two "
+                         "different task counts (e.g. 1, 2, 4)")
+    x = [1.0 / r.tasks for r in runs]
+    y = [r.seconds for r in runs]
+    n = len(x)
+    sx, sy = sum(x), sum(y)
+    sxx = sum(v * v for v in x)
+    sxy = sum(u * v for u, v in zip(x, y))
+    det = n * sxx - sx * sx
+    a = (sxx * sy - sx * sxy) / det
+    b = (n * sxy - sx * sy) / det
+    if a < 0:  # faster than ideal: best fit with no serial part
+        a, b = 0.0, sxy / sxx
+    elif b < 0:  # slower with more tasks: everything is serial
+        a, b = sy / n, 0.0
+    t1 = a + b
+    rms = math.sqrt(sum((a + b * u - v) ** 2 for u, v in zip(x, y)) / n)
+    return AmdahlFit(a / t1, t1, rms, n, tuple(tasks))
+
+
+def amdahl_speedup(s: float, n: float) -> float:
+    """Amdahl's law: speed-up ``1 / (s + (1 - s)/n)`` for serial fraction ``s``."""
+    _check_fraction(s)
+    _check_tasks(n)
+    return 1.0 / (s + (1 - s) / n)
+
+
+def gustafson_speedup(s: float, n: float) -> float:
+    """Gustafson's law (weak scaling): scaled speed-up ``s + (1 - s) * n``."""
+    _check_fraction(s)
+    _check_tasks(n)
+    return s + (1 - s) * n
+
+
+def global_batch(per_device: int, tasks: int, accumulation: int = 1) -> int:
+    """Global batch size = per-device batch x data-parallel tasks x accumulation steps."""
+    for name, v in (("per_device", per_device), ("tasks", tasks), ("accumulation", accumulation)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"global_batch: {name} must be a positive integer, got {v!r}")
+    return per_device * tasks * accumulation
+
+
+def lr_scaling(base_lr: float, base_batch: int, global_batch: int, rule: str = "linear") -> float:
+    """Learning rate for ``global_batch`` given one tuned at ``base_batch``.
+
+    ``linear`` (Goyal et al. 2017): lr * k; ``sqrt`` (common for Adam): lr * sqrt(k),
+    with ``k = global_batch / base_batch``. Use warm-up when k is large.
+    """
+    for name, v in (("base_lr", base_lr), ("base_batch", base_batch), ("global_batch", global_batch)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise ValueError(f"lr_scaling: {name} must be a positive number, got {v!r}")
+    k = global_batch / base_batch
+    if rule == "linear":
+        return base_lr * k
+    if rule == "sqrt":
+        return base_lr * math.sqrt(k)
+    raise ValueError(f"lr_scaling: rule={rule!r}; use 'linear' or 'sqrt'")
+
+
+# --------------------------------------------------------------------------- presentation
+
+def format_table(rows: Iterable[RowLike]) -> str:
+    """Markdown table of runs with speed-up and efficiency."""
+    head = ["kind", "tasks", "nodes", "seconds", "ideal", "speed-up", "efficiency", "samples/s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in speedup_efficiency(rows):
+        thr = "-" if r.throughput is None else f"{r.throughput:,.1f}"
+        lines.append(f"| {r.kind} | {r.tasks} | {r.nodes} | {r.seconds:.3g} | {r.ideal:g}x | "
+                     f"{r.speedup:.2f}x | {r.efficiency:.0%} | {thr} |")
+    return "\n".join(lines)
+
+
+def plot_scaling(rows: Iterable[RowLike], fit: AmdahlFit | bool | None = None, ax: Any = None,
+                 cores_available: int | None = None) -> Any:
+    """Plot measured speed-up against ideal (and an Amdahl fit); return the Figure.
+
+    ``fit=True`` fits the strong-scaling rows here. ``cores_available`` shades
+    the task counts that exceed this machine's cores, where the curve must
+    flatten no matter how good the code is.
+    """
+    runs = validate_runs(rows)
+    scaled = speedup_efficiency(runs)
+    if fit is True:
+        fit = fit_amdahl(runs)
+    if cores_available is not None and (isinstance(cores_available, bool)
+                                        or not isinstance(cores_available, int) or cores_available <= 0):
+        raise ValueError(f"cores_available must be a positive integer, got {cores_available!r}")
+    plt = _pyplot()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+    else:
+        fig = ax.figure
+    tasks = sorted({r.tasks for r in scaled})
+    base = min(r.base_tasks for r in scaled)
+    x_max = max(tasks) * 1.1
+    if cores_available is not None:
+        x_max = max(x_max, cores_available * 1.25)
+    ax.plot([base, x_max], [1, x_max / base], "--", color="grey", label="ideal (linear)")
+    for kind, marker in (("strong", "o"), ("weak", "s")):
+        pts = [r for r in scaled if r.kind == kind]
+        if not pts:
+            continue
+        med = {n: statistics.median(r.speedup for r in pts if r.tasks == n)
+               for n in sorted({r.tasks for r in pts})}
+        label = "measured" if kind == "strong" else "measured, weak (scaled speed-up)"
+        line, = ax.plot(list(med), list(med.values()), marker=marker, label=label)
+        if len(pts) > len(med):  # repeats: show every run, the line joins medians
+            ax.scatter([r.tasks for r in pts], [r.speedup for r in pts], s=12, alpha=0.5,
+                       color=line.get_color())
+    if isinstance(fit, AmdahlFit):
+        xs = [base + (x_max - base) * i / 200 for i in range(201)]
+        cap = "" if math.isinf(fit.max_speedup) else f", max {fit.max_speedup:.1f}x"
+        ax.plot(xs, [fit.speedup(x, base) for x in xs], "-", color="tab:red", alpha=0.8,
+                label=f"Amdahl fit, s = {fit.serial_fraction:.2f}{cap}")
+    if cores_available is not None:
+        ax.axvspan(cores_available, x_max, color="tab:orange", alpha=0.12, lw=0)
+        ax.axvline(cores_available, color="tab:orange", lw=1.5,
+                   label=f"beyond this machine's {cores_available} cores")
+    ax.set_xlim(base * 0.9 if base > 1 else 0.8, x_max)
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(tasks)
+    ax.set_xlabel("tasks")
+    ax.set_ylabel(f"speed-up vs {base} task{'s' if base > 1 else ''}")
+    ax.set_title("Scaling: measured vs ideal")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _pyplot() -> Any:
+    """Import pyplot, choosing Agg when there is no display and no notebook backend."""
+    import matplotlib
+
+    headless = sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if headless and "MPLBACKEND" not in os.environ and "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _check_work(runs: list[Run], source: str) -> None:
+    for kind in KINDS:
+        with_samples = [r for r in runs if r.kind == kind and r.samples is not None]
+        if len(with_samples) < 2:
+            continue
+        ref = with_samples[0]
+        for r in with_samples[1:]:
+            if kind == "strong" and r.samples != ref.samples:
+                raise ValueError(f"{source}: strong-scaling runs do different total work "
+                                 f"(samples={ref.samples} at tasks={ref.tasks}, {r.samples} at "
+                                 f"tasks={r.tasks}); keep samples fixed or mark the rows kind=weak")
+            if kind == "weak" and r.samples * ref.tasks != ref.samples * r.tasks:
+                raise ValueError(f"{source}: weak-scaling runs do different work per task "
+                                 f"({ref.samples}/{ref.tasks} vs {r.samples}/{r.tasks}); "
+                                 "scale samples with tasks or mark the rows kind=strong")
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
+def _positive(value: Any, name: str, where: str, typ: type) -> Any:
+    if isinstance(value, bool) or _blank(value):
+        raise ValueError(f"{where}: {name!r} is empty; give a positive {typ.__name__}")
+    try:
+        num = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name!r}={value!r} is not a number") from None
+    if not math.isfinite(num) or num <= 0:
+        raise ValueError(f"{where}: {name!r} must be > 0, got {value!r}")
+    if typ is int:
+        if num != int(num):
+            raise ValueError(f"{where}: {name!r} must be a whole number, got {value!r}")
+        return int(num)
+    return num
+
+
+def _check_fraction(s: float) -> None:
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= 1:
+        raise ValueError(f"serial fraction s must be a number in [0, 1], got {s!r}")
+
+
+def _check_tasks(n: float) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not n >= 1:
+        raise ValueError(f"number of tasks n must be >= 1, got {n!r}")
