@@ -1,0 +1,86 @@
+# hpcnb: two commands on a fresh Debian/Ubuntu machine or laptop.
+#
+#   make lab    set everything up, open the course in JupyterLab (local Slurm)
+#   make test   set everything up, run every test
+#
+# Other targets: setup, real-slurm-up, real-slurm-down, clean.
+# Variables: PYTHON (default python3), VENV (default .venv),
+#            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
+#            where PyPI's default torch build is too large for you).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_INDEX_URL ?=
+STAMP := $(VENV)/.setup-stamp
+PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
+PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
+
+# The setup is redone when any of these change (or when hpcnb/cli.py appears,
+# which enables the kernel install step).
+SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
+SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
+
+.PHONY: help setup lab test real-slurm-up real-slurm-down clean
+
+help:
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+
+setup:
+	@if [[ $$(id -u) -eq 0 ]]; then bash ci/install-system-deps.sh; \
+	 else bash ci/install-system-deps.sh || { echo "make setup: install the system packages above first" >&2; exit 1; }; fi
+	@if [[ -x $(VENV)/bin/python && -f $(STAMP) && "$$(cat $(STAMP))" == "$(SETUP_KEY)" ]]; then \
+	    echo "make setup: $(VENV) is up to date"; \
+	 else \
+	    $(MAKE) --no-print-directory _setup-venv; \
+	 fi
+
+_setup-venv:
+	@start=$$SECONDS; \
+	rm -f $(STAMP); \
+	if [[ ! -x $(VENV)/bin/python ]]; then \
+	    echo "make setup: creating $(VENV) with $$($(PYTHON) --version)"; \
+	    $(PYTHON) -m venv $(VENV); \
+	fi; \
+	echo "make setup: pip install -e '.[all]' (torch pinned to the CPU-sized 2.13.0)"; \
+	$(PIP) install --quiet $(PIP_EXTRA) -e '.[all]'; \
+	bash ci/build-horovod.sh $(VENV); \
+	if [[ -f hpcnb/cli.py && -x $(VENV)/bin/hpcnb ]]; then \
+	    echo "make setup: installing the course Jupyter kernel"; \
+	    $(VENV)/bin/hpcnb kernel install --sys-prefix; \
+	else \
+	    echo "make setup: no hpcnb/cli.py yet, skipping the kernel install"; \
+	fi; \
+	echo "$(SETUP_KEY)" > $(STAMP); \
+	echo "make setup: done in $$((SECONDS - start)) s"
+
+lab: setup
+	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=. notebooks/
+
+# Every test.  pytest's exit code 5 means "no tests collected"; it is reported
+# but not treated as a failure, so that a suite part that is still empty
+# (e.g. no notebooks yet) does not break the run.
+define pytest
+	@echo "== pytest $(1)"; \
+	rc=0; HPCNB_SLURM=local $(VENV)/bin/python -m pytest $(1) || rc=$$?; \
+	if [[ $$rc -eq 5 ]]; then echo "make test: WARNING: no tests collected by: pytest $(1)"; \
+	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
+endef
+
+test: setup
+	$(call pytest,)
+# --- Notebook runs (nbval) over notebooks/ and solutions/ go here, one line
+# --- each, tab-indented, e.g.:  $$(call pytest,--nbval-lax notebooks/)
+
+real-slurm-up:
+	bash ci/real-slurm.sh up
+
+real-slurm-down:
+	bash ci/real-slurm.sh down
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache test-artifacts
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
