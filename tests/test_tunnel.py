@@ -335,10 +335,10 @@ def test_jump_tunnel_with_options_reaches_jupyter(sshd: SshServer, jupyter_stand
     plan = _test_plan(sshd, port)
     argv = plan.jump_argv()
     assert any(a.startswith("ProxyCommand=") for a in argv)
-    before = _node_connections(sshd)
+    before = _connections(sshd)
     with _tunnel(argv, plan.local_port):
         assert marker in _fetch(plan.local_port)
-    assert _node_connections(sshd) > before  # the last hop really went to the "node" sshd
+    _assert_hops(sshd, before, login=True, node=True)
 
 
 @pytest.mark.ssh
@@ -351,16 +351,20 @@ def test_plain_dash_j_tunnel_with_config_file(sshd: SshServer, jupyter_standin: 
     plan = _test_plan(sshd, port, identity_file=None, ssh_options={}, config_file=str(cfg))
     argv = plan.jump_argv()
     assert argv[argv.index("-J") + 1] == f"{sshd.user}@127.0.0.1:{sshd.login_port}"
+    before = _connections(sshd)
     with _tunnel(argv, plan.local_port):
         assert marker in _fetch(plan.local_port)
+    _assert_hops(sshd, before, login=True, node=True)
 
 
 @pytest.mark.ssh
 def test_classic_tunnel_via_login(sshd: SshServer, jupyter_standin: tuple[int, str]) -> None:
     port, marker = jupyter_standin
     plan = _test_plan(sshd, port)
+    before = _connections(sshd)
     with _tunnel(plan.classic_argv(), plan.local_port):
         assert marker in _fetch(plan.local_port)
+    _assert_hops(sshd, before, login=True, node=False)  # the login node connects on its own
 
 
 @pytest.mark.ssh
@@ -371,8 +375,10 @@ def test_rendered_ssh_config_block_tunnel(sshd: SshServer, jupyter_standin: tupl
     plan = _test_plan(sshd, port, config_file=str(cfg), login_alias="hpcnb-login")
     cfg.write_text(plan.ssh_config())
     assert plan.config_argv()[-1] == "127.0.0.1"
+    before = _connections(sshd)
     with _tunnel(plan.config_argv(), plan.local_port):
         assert marker in _fetch(plan.local_port)
+    _assert_hops(sshd, before, login=True, node=True)
 
 
 @pytest.mark.ssh
@@ -479,5 +485,13 @@ def _fetch(local_port: int, timeout: float = 10) -> str:
         return response.read().decode()
 
 
-def _node_connections(server: SshServer) -> int:
-    return server.log.read_text(errors="replace").count(f"on 127.0.0.1 port {server.node_port}")
+def _connections(server: SshServer) -> tuple[int, int]:
+    """SSH connections the sshd log shows so far on (login_port, node_port)."""
+    log = server.log.read_text(errors="replace")
+    return tuple(log.count(f"on 127.0.0.1 port {port} ") for port in (server.login_port, server.node_port))  # type: ignore[return-value]
+
+
+def _assert_hops(server: SshServer, before: tuple[int, int], *, login: bool, node: bool) -> None:
+    """The tunnel went through the login sshd and (ProxyJump) on to the node sshd, or not."""
+    after = _connections(server)
+    assert (after[0] > before[0], after[1] > before[1]) == (login, node), (before, after)
