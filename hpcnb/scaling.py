@@ -199,17 +199,23 @@ class AmdahlFit:
                 f"rms residual {self.rms_residual_s:.3g} s")
 
 
-def fit_amdahl(rows: Iterable[RowLike]) -> AmdahlFit:
+def fit_amdahl(rows: Iterable[RowLike], max_tasks: int | None = None) -> AmdahlFit:
     """Fit the serial fraction ``s`` to strong-scaling runs (closed-form least squares).
 
     ``T(N) = a + b/N`` is linear in ``a = t1*s`` and ``b = t1*(1-s)``; solving
     the 2x2 normal equations with ``a, b >= 0`` gives ``s = a / (a + b)``,
     which is therefore already in [0, 1]. Needs at least two task counts.
+    ``max_tasks`` drops runs with more tasks (e.g. more than the machine has
+    cores: oversubscription is not a serial fraction and would bias ``s``).
     """
     runs = [r for r in validate_runs(rows) if r.kind == "strong"]
     if not runs:
         raise ValueError("fit_amdahl: no strong-scaling rows; Amdahl's law describes fixed total "
                          "work - for weak scaling use gustafson_speedup()")
+    if max_tasks is not None:
+        runs = [r for r in runs if r.tasks <= max_tasks]
+        if not runs:
+            raise ValueError(f"fit_amdahl: no strong-scaling runs with tasks <= max_tasks={max_tasks}")
     tasks = sorted({r.tasks for r in runs})
     if len(tasks) < 2:
         raise ValueError(f"fit_amdahl: all runs use tasks={tasks[0]}; measure at least two "
@@ -288,17 +294,18 @@ def plot_scaling(rows: Iterable[RowLike], fit: AmdahlFit | bool | None = None, a
                  cores_available: int | None = None) -> Any:
     """Plot measured speed-up against ideal (and an Amdahl fit); return the Figure.
 
-    ``fit=True`` fits the strong-scaling rows here. ``cores_available`` shades
+    ``fit=True`` fits the strong-scaling rows here, using only runs with
+    ``tasks <= cores_available`` when that is given. ``cores_available`` shades
     the task counts that exceed this machine's cores, where the curve must
     flatten no matter how good the code is.
     """
     runs = validate_runs(rows)
     scaled = speedup_efficiency(runs)
-    if fit is True:
-        fit = fit_amdahl(runs)
     if cores_available is not None and (isinstance(cores_available, bool)
                                         or not isinstance(cores_available, int) or cores_available <= 0):
         raise ValueError(f"cores_available must be a positive integer, got {cores_available!r}")
+    if fit is True:
+        fit = fit_amdahl(runs, max_tasks=cores_available)
     plt = _pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -324,6 +331,8 @@ def plot_scaling(rows: Iterable[RowLike], fit: AmdahlFit | bool | None = None, a
     if isinstance(fit, AmdahlFit):
         xs = [base + (x_max - base) * i / 200 for i in range(201)]
         cap = "" if math.isinf(fit.max_speedup) else f", max {fit.max_speedup:.1f}x"
+        if max(fit.tasks) < max(tasks):
+            cap += f"; fit on tasks <= {max(fit.tasks)}"
         ax.plot(xs, [fit.speedup(x, base) for x in xs], "-", color="tab:red", alpha=0.8,
                 label=f"Amdahl fit, s = {fit.serial_fraction:.2f}{cap}")
     if cores_available is not None:
