@@ -292,7 +292,8 @@ def compare_layouts(root: str | os.PathLike, n: int = 1000, size: int = 8192,
 
     Writes into ``root/small_files``, ``root/tar`` and ``root/webdataset`` (each
     must be absent or empty). Defaults (1000 x 8 KiB, 4 webdataset shards) take
-    about half a second locally, about 6 s with ``metadata_latency_s=0.001``.
+    about 2 s on a 2-core laptop (most of it importing webdataset) and about 6 s
+    with ``metadata_latency_s=0.001`` (2000 small files x 2 directions x 1 ms).
     """
     root = Path(root)
     samples = make_samples(n, size, seed)
