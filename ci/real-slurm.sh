@@ -119,6 +119,16 @@ render() {
 conf_sum() { cat "$@" | sha256sum | cut -d' ' -f1; }
 stale() { [ "$(cat "$STATE_DIR/$1.sum" 2>/dev/null)" != "$2" ]; }
 
+# a live (non-zombie) process called NAME exists, whoever started it
+running_named() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] || continue
+    [ "$(awk '{print $3}' "$d/stat" 2>/dev/null)" != Z ] && return 0
+  done
+  return 1
+}
+
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 mariadb_ok() { mariadb-admin ping >/dev/null 2>&1; }
 ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
@@ -383,7 +393,7 @@ cmd_status() {
     esac
     if alive "$f" "$name"; then
       printf '%-14s running (pid %s, started by real-slurm.sh)\n' "$line" "$(cat "$f")"
-    elif [ "$name" != slurmd ] && pgrep -x "$name" >/dev/null 2>&1; then
+    elif [ "$name" != slurmd ] && running_named "$name"; then
       printf '%-14s running (not started by real-slurm.sh)\n' "$line"
     else
       printf '%-14s stopped\n' "$line"
