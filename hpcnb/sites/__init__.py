@@ -164,8 +164,8 @@ class Profile:
     home_forbidden_for: tuple[str, ...]  # subset of ("data", "venv", "cache")
     rules: tuple[Rule, ...]
     modules: dict[str, str] = field(hash=False)  # purpose -> module load line
-    jupyter: str = ""  # where/how Jupyter runs; "" = the guide does not say
-    slurm_tmpdir: bool = False  # site provides $SLURM_TMPDIR
+    jupyter: str  # where/how Jupyter runs, one or two sentences; "" = the guide does not say
+    slurm_tmpdir: bool  # site provides $SLURM_TMPDIR (Alliance does; plain Slurm does not)
     def_mem_per_cpu_mb: int = 500
     kill_wait_s: int = 2
     cluster_name: str = "hpcnb"
