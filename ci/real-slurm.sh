@@ -15,6 +15,11 @@
 # $STATE_DIR; `down` stops only those. A daemon that was already running without such a
 # record (e.g. a munged started by someone else) is used but never stopped.
 #
+# Logs: /var/log/hpcnb-real-slurm/ (apt, mariadbd, slurmdbd, slurmctld, slurmd-nodeX);
+# Slurm state: /var/spool/hpcnb-real-slurm/; both survive `down`, as do packages and DB.
+# Fake GPUs: /dev/hpcnb-gpu0 and /dev/hpcnb-gpu1 (null-like character devices); node
+# names resolve through a marked line in /etc/hosts. Both are removed by `down`.
+#
 # Environment: HPCNB_REAL_SLURM_TIMEOUT (seconds per readiness wait, default 60).
 set -Eeuo pipefail
 
@@ -43,10 +48,10 @@ die() { log "ERROR: $*"; exit 1; }
 die_logs() {
   local f
   log "ERROR: $*"
-  for f in "$LOG_DIR"/*.log /var/log/munge/munged.log; do
+  for f in /var/log/munge/munged.log "$LOG_DIR"/mariadbd.log "$LOG_DIR"/slurm*.log; do
     [ -s "$f" ] || continue
     echo "----- last lines of $f -----" >&2
-    tail -n 15 "$f" >&2
+    tail -n 8 "$f" >&2
   done
   exit 1
 }
@@ -144,6 +149,17 @@ nodes_ready() {
   for n in $bad; do scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true; done
   ! printf '%s\n' "$states" | awk '{print $2}' | grep -qvxE 'idle|mixed|allocated|completing'
 }
+# wait for nodes_ready; fail at once if one of our slurmd has exited (e.g. port in use)
+wait_nodes() {
+  local end=$((SECONDS + TIMEOUT)) n
+  until nodes_ready; do
+    for n in "${NODES[@]}"; do
+      alive "$STATE_DIR/slurmd-$n.pid" slurmd || die_logs "slurmd $n exited (see $LOG_DIR/slurmd-$n.log)"
+    done
+    [ "$SECONDS" -lt "$end" ] || die_logs "timed out after ${TIMEOUT}s waiting for every node to be idle (sinfo -N)"
+    sleep 0.1
+  done
+}
 # slurmctld has registered with slurmdbd and sacct answers
 accounting_ready() {
   [ -n "$(sacctmgr -n -P list cluster "$CLUSTER" format=controlhost 2>/dev/null)" ] &&
@@ -184,7 +200,9 @@ make_gpu_devices() {
     [ -c "${GPU_DEVS[$i]}" ] && continue
     rm -f "${GPU_DEVS[$i]}"
     if ! mknod -m 666 "${GPU_DEVS[$i]}" c 1 $((3 + 2 * i)) 2>/dev/null; then
-      [ -c /dev/tty0 ] && [ -c /dev/tty1 ] || die "cannot create ${GPU_DEVS[$i]} (mknod) and /dev/tty0-1 are missing"
+      if [ ! -c /dev/tty0 ] || [ ! -c /dev/tty1 ]; then
+        die "cannot create ${GPU_DEVS[$i]} (mknod) and /dev/tty0-1 are missing"
+      fi
       log "mknod not permitted: the fake GPUs are /dev/tty0 and /dev/tty1"
       rm -f "${GPU_DEVS[@]}"
       GPU_FILES='/dev/tty[0-1]'
@@ -353,7 +371,7 @@ cmd_up() {
   start_slurmdbd
   start_slurm
 
-  wait_for "every node to be idle (sinfo -N)" nodes_ready
+  wait_nodes
   wait_for "sacct (slurmctld registered with slurmdbd)" accounting_ready
   sinfo
   log "cluster '$CLUSTER' ready in $(since "$t0") s"
