@@ -1,0 +1,27 @@
+"""hpcnb: the helper package of the course "Deep learning on Slurm clusters".
+
+`import hpcnb` stays light: heavy modules (torch, matplotlib, widgets) load only when used.
+The public job API lives in :mod:`hpcnb.jobs`; the embedded local Slurm in :mod:`hpcnb.localslurm`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "submit": "hpcnb.jobs",
+    "Job": "hpcnb.jobs",
+    "JobScript": "hpcnb.jobscript",
+    "lint": "hpcnb.lint",
+    "load_profile": "hpcnb.sites",
+    "which_slurm": "hpcnb.backend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        return module if name == "lint" else getattr(module, name)
+    raise AttributeError(f"module 'hpcnb' has no attribute {name!r}")

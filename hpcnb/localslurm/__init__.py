@@ -1,0 +1,15 @@
+"""The embedded local Slurm: a faithful, single-machine stand-in for Slurm 22.05.
+
+Layout (one concern per module):
+  paths       state directory and file locations
+  db          the SQLite state (jobs, steps, id counter), safe under concurrent commands
+  cluster     virtual nodes and partitions from a site profile
+  request     command-line options -> a validated JobRequest (Slurm's error texts)
+  alloc       resource accounting: does a request fit, and where
+  scheduler   pending -> running decisions (dependencies, arrays, reasons)
+  controller  the background daemon (started on first use) that schedules and launches
+  supervisor  runs one job's processes: limits, signals, cleanup, final state
+  envvars     the SLURM_* environment of batch shells, srun tasks and salloc shells
+  formats     squeue/sacct/sinfo/scontrol output
+  commands/   sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo
+"""

@@ -1,0 +1,134 @@
+"""Resource accounting: which nodes, CPUs, memory and GPU slots a request gets (block distribution)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .cluster import Cluster, Node
+from .request import JobRequest
+
+
+@dataclass
+class Free:
+    cpus: int
+    mem: int
+    gpus: list[int]
+    idle: bool
+
+
+def free_resources(cluster: Cluster, allocations: list[list[dict]]) -> dict[str, Free]:
+    """What is left on each node after the given running allocations."""
+    free = {n: Free(node.cpus, node.memory_mb, list(range(node.gpus)), True) for n, node in cluster.nodes.items()}
+    for alloc in allocations:
+        for part in alloc:
+            slot = free[part["node"]]
+            slot.cpus -= part["cpus"]
+            slot.mem -= part["mem"]
+            slot.gpus = [g for g in slot.gpus if g not in part["gpus"]]
+            slot.idle = False
+    return free
+
+
+def task_count(req: JobRequest) -> int:
+    """Tasks the job asks for: -n, else nodes x --ntasks-per-node, else one per node."""
+    if req.ntasks:
+        return req.ntasks
+    nodes = req.nodes_min or 1
+    return nodes * (req.ntasks_per_node or 1)
+
+
+def _mem_needed(req: JobRequest, cluster: Cluster, cpus: int) -> int:
+    if req.mem_mb is not None:
+        return req.mem_mb
+    return (req.mem_per_cpu_mb or cluster.def_mem_per_cpu_mb) * cpus
+
+
+def _capacity(req: JobRequest, cluster: Cluster, node: Node, free: Free) -> int:
+    """How many tasks of this request fit on the node now."""
+    per_task = req.cpus_per_task or 1
+    if req.exclusive and not free.idle:
+        return 0
+    if len(free.gpus) < req.gpus_per_node:
+        return 0
+    tasks = free.cpus // per_task
+    if req.ntasks_per_node:
+        tasks = min(tasks, req.ntasks_per_node)
+    if req.mem_mb is not None:
+        return tasks if free.mem >= req.mem_mb else 0
+    mem_per_task = (req.mem_per_cpu_mb or cluster.def_mem_per_cpu_mb) * per_task
+    return min(tasks, free.mem // mem_per_task) if mem_per_task else tasks
+
+
+def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Free]) -> list[dict] | None:
+    """Choose nodes for the request, or None if it does not fit now.
+
+    Returns one dict per node: ``{"node", "tasks", "cpus", "mem", "gpus"}``.
+    """
+    ntasks = task_count(req)
+    nodes_min = req.nodes_min or (math.ceil(ntasks / req.ntasks_per_node) if req.ntasks_per_node else 1)
+    nodes_max = req.nodes_max or req.nodes_min or len(cluster.nodes)
+    candidates = list(cluster.partitions[partition].nodes)
+    if req.nodelist:
+        import hostlist
+
+        wanted = hostlist.expand_hostlist(req.nodelist)
+        if any(w not in candidates for w in wanted):
+            return None
+        candidates = wanted + [c for c in candidates if c not in wanted]
+        nodes_min = max(nodes_min, len(wanted))
+    if req.exclude:
+        import hostlist
+
+        excluded = set(hostlist.expand_hostlist(req.exclude))
+        candidates = [c for c in candidates if c not in excluded]
+
+    chosen: list[tuple[str, int]] = []
+    total = 0
+    for name in candidates:
+        cap = _capacity(req, cluster, cluster.nodes[name], free[name])
+        if cap < 1:
+            if req.nodelist and name in req.nodelist:
+                return None
+            continue
+        chosen.append((name, cap))
+        total += cap
+        if len(chosen) >= nodes_min and total >= ntasks:
+            break
+    if len(chosen) < nodes_min or total < ntasks or len(chosen) > nodes_max:
+        return None
+
+    # block distribution: one task per chosen node first, then fill nodes in order
+    tasks = [1] * len(chosen)
+    left = ntasks - len(chosen)
+    if left < 0:
+        return None
+    for i, (_, cap) in enumerate(chosen):
+        extra = min(cap - 1, left)
+        tasks[i] += extra
+        left -= extra
+    per_task = req.cpus_per_task or 1
+    result = []
+    for (name, _), count in zip(chosen, tasks):
+        node = cluster.nodes[name]
+        cpus = node.cpus if req.exclusive else count * per_task
+        gpus = free[name].gpus[: req.gpus_per_node]
+        mem = node.memory_mb if (req.exclusive and req.mem_mb is None and not req.mem_per_cpu_mb) else _mem_needed(req, cluster, cpus)
+        result.append({"node": name, "tasks": count, "cpus": cpus, "mem": mem, "gpus": gpus})
+    return result
+
+
+def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
+    """Why the request can never run in the partition (Slurm's reason text), or None."""
+    part = cluster.partitions[partition]
+    if (req.nodes_min or 1) > len(part.nodes):
+        return None  # Slurm accepts it; it pends with reason PartitionNodeLimit
+    empty = free_resources(cluster, [])
+    if place(req, cluster, partition, empty) is None:
+        biggest = max(cluster.nodes[n].memory_mb for n in part.nodes)
+        per_node_cpus = (req.cpus_per_task or 1) * (req.ntasks_per_node or 1)
+        if req.mem_mb is not None and req.mem_mb > biggest or (
+            req.mem_per_cpu_mb and req.mem_per_cpu_mb * per_node_cpus > biggest
+        ):
+            return "Memory specification can not be satisfied"
+        return "Requested node configuration is not available"
+    return None

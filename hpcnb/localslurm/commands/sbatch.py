@@ -1,0 +1,96 @@
+"""sbatch: submit a batch script (or --wrap) to the local Slurm."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from hpcnb.slurm_options import OptionError
+
+from .. import controller, db, submit
+from ..request import SubmitError, UsageError, default_name
+from . import error
+from .common import build_request, open_cluster, report
+
+SHEBANG_HELP = (
+    "This does not look like a batch script.  The first",
+    "line must start with #! followed by the path to an interpreter.",
+    "For instance: #!/bin/sh",
+)
+
+
+def read_script(rest: list[str], wrap: str | None) -> tuple[bytes, str | None]:
+    if wrap is not None:
+        if rest:
+            raise UsageError("Script arguments not permitted with --wrap option")
+        return f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{wrap}\n".encode(), None
+    path = rest[0] if rest else None
+    try:
+        data = sys.stdin.buffer.read() if path is None else open(path, "rb").read()
+    except OSError:
+        raise UsageError(f"Unable to open file {path}") from None
+    if not data:
+        raise UsageError("Batch script is empty!")
+    if not data.startswith(b"#!"):
+        raise UsageError(*SHEBANG_HELP)
+    if b"\0" in data:
+        raise UsageError("The job script contains a NULL character, refusing to submit it.")
+    if data.replace(b"\r\n", b"\n").count(b"\r"):
+        raise UsageError("Batch script contains DOS line breaks (\\r\\n)", "instead of expected UNIX line breaks (\\n).")
+    return data, path
+
+
+def main(argv: list[str]) -> int:
+    try:
+        req, rest = build_request("sbatch", argv)
+        script, path = read_script(rest, req.wrap)
+        if path is not None:  # --wrap scripts carry no directives
+            from hpcnb.jobscript import directive_args, parse_script
+
+            text = script.decode("utf-8", errors="surrogateescape")
+            req, rest = build_request("sbatch", argv, directive_args(parse_script(text)))
+        req.script_args = rest[1:]
+        submit.base_request_fields(req, dict(os.environ))
+        conn, cluster = open_cluster()
+        name = default_name(req, path)
+        if req.test_only:
+            return _test_only(req, cluster, conn)
+        ids = submit.queue_jobs(conn, req, cluster, "batch", script, name)
+    except (OptionError, UsageError, SubmitError) as err:
+        return report("sbatch", err)
+    controller.poke()
+    first = ids[0] if not req.array else min(ids)
+    print(first if req.parsable else f"Submitted batch job {first}", flush=True)
+    if req.wait:
+        return wait_for(conn, ids)
+    return 0
+
+
+def _test_only(req, cluster, conn) -> int:
+    with db.transaction(conn):
+        partition = submit.finalize(req, cluster, conn)
+        job_id = int(db.get_meta(conn, "next_job_id", "1") or 1)
+    from ..alloc import task_count
+
+    cpus = task_count(req) * (req.cpus_per_task or 1)
+    node = cluster.partitions[partition].nodes[0]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    print(
+        f"sbatch: Job {job_id} to start at {stamp} using {cpus} processors on nodes {node} in partition {partition}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def wait_for(conn, ids: list[int]) -> int:
+    """``--wait``: block until every job ends; exit with the highest exit code."""
+    delay = 0.002
+    while True:
+        rows = conn.execute(
+            f"SELECT state, exit_code, exit_signal FROM jobs WHERE id IN ({','.join('?' * len(ids))})", ids
+        ).fetchall()
+        if all(r["state"] in db.FINAL_STATES for r in rows):
+            codes = [r["exit_code"] or (r["exit_signal"] and 1) or (0 if r["state"] == "COMPLETED" else 1) for r in rows]
+            return max(codes)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)

@@ -1,0 +1,147 @@
+"""squeue: the queue of pending and running jobs."""
+from __future__ import annotations
+
+import sys
+import time
+
+from .. import db, formats
+from .common import getopt_parse, int_ranges, open_cluster, select_jobs
+
+DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
+MIN_JOB_AGE_S = 300  # finished jobs stay visible this long, as with Slurm's MinJobAge
+HEADERS = {
+    "i": "JOBID", "A": "JOBID", "P": "PARTITION", "j": "NAME", "u": "USER", "t": "ST", "T": "STATE",
+    "M": "TIME", "l": "TIME_LIMIT", "L": "TIME_LEFT", "D": "NODES", "R": "NODELIST(REASON)", "N": "NODELIST",
+    "r": "REASON", "C": "CPUS", "b": "TRES_PER_NODE", "S": "START_TIME", "e": "END_TIME", "V": "SUBMIT_TIME",
+    "Q": "PRIORITY", "E": "DEPENDENCY", "a": "ACCOUNT", "k": "COMMENT", "m": "MIN_MEMORY", "q": "QOS",
+    "Z": "WORK_DIR", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "o": "COMMAND", "c": "MIN_CPUS",
+}
+ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
+
+
+def fields(job: dict, cluster, now: float) -> dict:
+    req = job["req"]
+    running = job["state"] in ("RUNNING", "COMPLETING")
+    cpus = sum(p["cpus"] for p in job["alloc"]) if job["alloc"] else (req["ntasks"] or 1) * (req["cpus_per_task"] or 1)
+    nodes = len(job["alloc"]) if job["alloc"] else (req["nodes_min"] or 1)
+    reason = job["reason"]
+    left = None if job["time_limit"] is None else job["time_limit"] - formats.run_time(job, now)
+    return {
+        "i": lambda: job.get("display_id") or formats.job_id_text(job),
+        "A": lambda: str(job["id"]),
+        "P": lambda: job["partition"],
+        "j": lambda: job["name"],
+        "u": lambda: job["user"],
+        "t": lambda: formats.STATE_CODES.get(job["state"], job["state"]),
+        "T": lambda: job["state"],
+        "M": lambda: formats.duration(formats.run_time(job, now)),
+        "l": lambda: formats.limit(job["time_limit"]),
+        "L": lambda: "UNLIMITED" if left is None else formats.duration(max(0, left)),
+        "D": lambda: str(nodes),
+        "R": lambda: (job["nodelist"] or "") if running else f"({reason})",
+        "N": lambda: job["nodelist"] or "",
+        "r": lambda: reason,
+        "C": lambda: str(cpus),
+        "b": lambda: f"gres/gpu:{req['gpus_per_node']}" if req["gpus_per_node"] else "N/A",
+        "S": lambda: formats.stamp(job["start_time"], "N/A"),
+        "e": lambda: formats.stamp(job["end_time"] or (job["start_time"] + job["time_limit"] if running and job["time_limit"] else None), "N/A"),
+        "V": lambda: formats.stamp(job["submit_time"]),
+        "Q": lambda: str(4294901760 - job["id"]),
+        "E": lambda: req["dependency"] or "(null)",
+        "a": lambda: job["account"] or job["user"],
+        "k": lambda: req["comment"] or "(null)",
+        "m": lambda: f"{req['mem_mb']}M" if req["mem_mb"] is not None else f"{req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M",
+        "q": lambda: "normal",
+        "Z": lambda: req["workdir"],
+        "F": lambda: str(job["array_job_id"] if job["array_job_id"] is not None else job["id"]),
+        "K": lambda: str(job["array_task_id"]) if job["array_task_id"] is not None else "N/A",
+        "o": lambda: "(null)" if req.get("wrap") is not None else req.get("script_path") or "(null)",
+        "c": lambda: str(req["cpus_per_task"] or 1),
+    }
+
+
+def collapse_arrays(jobs: list[dict]) -> list[dict]:
+    """Pending tasks of one array share a line, ``8_[2-4%1]``, as squeue shows them."""
+    out, groups = [], {}
+    for job in jobs:
+        if job["array_job_id"] is not None and job["state"] == "PENDING" and job["reason"] == jobs_reason(job):
+            key = (job["array_job_id"], job["reason"])
+            if key in groups:
+                groups[key]["tasks"].append(job["array_task_id"])
+                continue
+            job = dict(job, tasks=[job["array_task_id"]])
+            groups[key] = job
+        out.append(job)
+    for job in groups.values():
+        if len(job["tasks"]) > 1:
+            throttle = f"%{job['array_throttle']}" if job["array_throttle"] else ""
+            job["display_id"] = f"{job['array_job_id']}_[{int_ranges(job['tasks'])}{throttle}]"
+    return out
+
+
+def jobs_reason(job: dict) -> str:
+    return job["reason"]
+
+
+def main(argv: list[str]) -> int:
+    opts, _ = getopt_parse(
+        "squeue", argv, "u:j:t:o:hp:n:rlaw:",
+        ["user=", "jobs=", "states=", "format=", "noheader", "partition=", "name=", "array", "long", "me",
+         "all", "nodelist=", "sort=", "iterate="],
+    )
+    conn, cluster = open_cluster()
+    fmt, show_header, array_lines = DEFAULT_FORMAT, True, False
+    users = partitions = names = states = job_ids = None
+    import getpass
+
+    for opt, val in opts:
+        if opt in ("-u", "--user"):
+            users = set(val.split(","))
+        elif opt == "--me":
+            users = {getpass.getuser()}
+        elif opt in ("-j", "--jobs"):
+            job_ids = val
+        elif opt in ("-t", "--states"):
+            states = {s.upper() for s in val.split(",")}
+        elif opt in ("-o", "--format"):
+            fmt = val
+        elif opt in ("-h", "--noheader"):
+            show_header = False
+        elif opt in ("-p", "--partition"):
+            partitions = set(val.split(","))
+        elif opt in ("-n", "--name"):
+            names = set(val.split(","))
+        elif opt in ("-r", "--array"):
+            array_lines = True
+        elif opt in ("-l", "--long"):
+            fmt = LONG_FORMAT
+    now = time.time()
+    jobs = select_jobs(conn, job_ids)
+    if job_ids and not jobs:
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        return 1
+    codes = {v: k for k, v in formats.STATE_CODES.items()}
+    if states and "ALL" not in states:
+        states = {codes.get(s, s) for s in states}
+    visible = []
+    for job in jobs:
+        if job["end_time"] and now - job["end_time"] > MIN_JOB_AGE_S:
+            continue
+        if states is None and not job_ids and job["state"] not in ACTIVE:
+            continue
+        if states and "ALL" not in states and job["state"] not in states:
+            continue
+        if (users and job["user"] not in users) or (partitions and job["partition"] not in partitions):
+            continue
+        if names and job["name"] not in names:
+            continue
+        visible.append(job)
+    visible.sort(key=lambda j: (j["state"] != "PENDING", j["id"] if j["state"] == "PENDING" else -j["id"]))
+    if not array_lines:
+        visible = collapse_arrays(visible)
+    lines = [formats.header(fmt, HEADERS)] if show_header else []
+    lines += [formats.render(fmt, fields(job, cluster, now)) for job in visible]
+    if lines:
+        print("\n".join(lines))
+    return 0

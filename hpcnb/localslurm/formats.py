@@ -1,0 +1,87 @@
+"""Slurm's output conventions: times, job ids, states, and ``%[.][width]x`` format strings."""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+STATE_CODES = {
+    "PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
+    "TIMEOUT": "TO", "OUT_OF_MEMORY": "OOM", "NODE_FAIL": "NF", "PREEMPTED": "PR", "SUSPENDED": "S",
+    "REQUEUED": "RQ",
+}
+
+
+def duration(seconds: float | None) -> str:
+    """squeue's TIME: ``M:SS``, ``H:MM:SS`` or ``D-HH:MM:SS``."""
+    secs = int(seconds or 0)
+    days, rem = divmod(secs, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, sec = divmod(rem, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{sec:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{sec:02d}"
+    return f"{minutes}:{sec:02d}"
+
+
+def limit(seconds: int | None) -> str:
+    """A time limit as squeue/sinfo print it (``UNLIMITED`` / ``infinite`` handled by callers)."""
+    return "UNLIMITED" if seconds is None else duration(seconds)
+
+
+def elapsed(seconds: float | None) -> str:
+    """sacct's Elapsed / scontrol's RunTime: ``HH:MM:SS`` or ``D-HH:MM:SS``."""
+    secs = int(seconds or 0)
+    days, rem = divmod(secs, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, sec = divmod(rem, 60)
+    text = f"{hours:02d}:{minutes:02d}:{sec:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def stamp(epoch: float | None, missing: str = "Unknown") -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else missing
+
+
+def job_id_text(job: dict[str, Any]) -> str:
+    if job["array_job_id"] is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["id"])
+
+
+def run_time(job: dict[str, Any], now: float | None = None) -> float:
+    if not job["start_time"]:
+        return 0.0
+    end = job["end_time"] or now or time.time()
+    return max(0.0, end - job["start_time"])
+
+
+_SPEC = re.compile(r"%(\.)?(\d*)([A-Za-z%])")
+
+
+def render(fmt: str, fields: dict[str, Callable[[], str]]) -> str:
+    """Expand a squeue/sinfo ``-o`` format. ``%.N`` right-justifies, ``%N`` left-justifies; values are cut to N."""
+    out = []
+    pos = 0
+    for match in _SPEC.finditer(fmt):
+        out.append(fmt[pos : match.start()])
+        pos = match.end()
+        right, width, letter = match.groups()
+        if letter == "%":
+            out.append("%")
+            continue
+        getter = fields.get(letter)
+        value = getter() if getter else ""
+        if width:
+            size = int(width)
+            value = value[:size]
+            value = value.rjust(size) if right else value.ljust(size)
+        out.append(value)
+    out.append(fmt[pos:])
+    return "".join(out)
+
+
+def header(fmt: str, names: dict[str, str]) -> str:
+    return render(fmt, {k: (lambda v=v: v) for k, v in names.items()})

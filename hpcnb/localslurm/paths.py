@@ -1,0 +1,54 @@
+"""Where the local Slurm keeps its state: one private directory per user (0700)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def state_dir() -> Path:
+    """The state directory, created private on first use (override: ``HPCNB_STATE_DIR``)."""
+    env = os.environ.get("HPCNB_STATE_DIR")
+    if env:
+        path = Path(env)
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_state_dir("hpcnb")) / "slurm"
+    if not path.is_dir():
+        old = os.umask(0o077)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        finally:
+            os.umask(old)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def db_path() -> Path:
+    return state_dir() / "slurm.db"
+
+
+def socket_path() -> Path:
+    return state_dir() / "controller.sock"
+
+
+def lock_path() -> Path:
+    return state_dir() / "controller.lock"
+
+
+def log_path() -> Path:
+    return state_dir() / "controller.log"
+
+
+def job_dir(job_id: int) -> Path:
+    """Private per-job folder holding the stored batch script."""
+    path = state_dir() / "jobs" / str(job_id)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def node_tmp_root() -> Path:
+    """Root of the virtual nodes' local disks (SLURM_TMPDIR lives below it)."""
+    base = os.environ.get("HPCNB_NODE_TMP") or str(state_dir() / "nodes")
+    return Path(base)

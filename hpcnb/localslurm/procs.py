@@ -1,0 +1,129 @@
+"""Process plumbing: spawning with exact fds and env, process trees, signalling whole jobs."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Iterable
+
+import psutil
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (daemons, double forks) re-parent to us, so a job can't escape its tree."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def spawn(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    fds: tuple[int, int, int],
+    new_session: bool,
+    pid_var: str | None = None,
+    error_prefix: str = "slurmstepd",
+) -> int:
+    """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE, signal.SIGUSR1,
+                    signal.SIGUSR2, signal.SIGCHLD, signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN):
+            signal.signal(sig, signal.SIG_DFL)
+        if new_session:
+            os.setsid()
+        for target, fd in enumerate(fds):
+            if fd != target:
+                os.dup2(fd, target)
+        os.closerange(3, 65536)
+        if pid_var:
+            env = {**env, pid_var: str(os.getpid())}
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as err:  # noqa: BLE001 - report and leave the child
+        reason = getattr(err, "strerror", None) or str(err)
+        try:
+            os.write(2, f"{error_prefix}: error: execve(): {argv[0]}: {reason}\n".encode())
+        finally:
+            os._exit(127 if isinstance(err, FileNotFoundError) else 126)
+    raise AssertionError("unreachable")
+
+
+def descendants(pid: int | None = None) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def send(procs: Iterable[psutil.Process], sig: int) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def tree_rss(procs: Iterable[psutil.Process]) -> int:
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def job_processes(job_id: int, state_dir: str) -> list[psutil.Process]:
+    """Every process of this user carrying the job's marker in its environment (fallback cleanup)."""
+    found = []
+    me = os.getuid()
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.info["uids"].real != me or proc.pid == os.getpid():
+                continue
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("SLURM_JOB_ID") == str(job_id) and env.get("SLURM_CONF", "").startswith(state_dir):
+            found.append(proc)
+    return found
+
+
+def step_processes(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """The processes of srun steps (they carry SLURM_STEP_ID), not the batch shell's own children."""
+    found = []
+    for proc in procs:
+        try:
+            if "SLURM_STEP_ID" in proc.environ():
+                found.append(proc)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def alive(pid: int | None, ctime: float | None) -> bool:
+    """Is this exact process (pid + creation time) still running?"""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if ctime is not None and abs(proc.create_time() - ctime) > 0.5:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -1,0 +1,141 @@
+"""Scheduling decisions: which pending jobs start now, and why the others wait (Slurm's reasons)."""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from typing import Any
+
+import hostlist
+
+from . import alloc, db
+from .cluster import Cluster
+from .request import JobRequest
+
+_DEP_TYPES = ("after", "afterok", "afternotok", "afterany", "aftercorr", "singleton")
+
+
+def parse_dependency(spec: str) -> tuple[str, list[tuple[str, list[str]]]]:
+    """``afterok:1:2,afterany:3`` -> ("all", [("afterok", ["1", "2"]), ...]); ``?`` means any."""
+    joiner = "any" if "?" in spec else "all"
+    terms = []
+    for term in re.split(r"[,?]", spec):
+        kind, _, ids = term.partition(":")
+        if kind not in _DEP_TYPES or (kind == "singleton") != (ids == ""):
+            raise ValueError(term)
+        ids_list = [i.split("+")[0] for i in ids.split(":")] if ids else []
+        if any(not re.fullmatch(r"\d+(_\d+)?", i) for i in ids_list):
+            raise ValueError(term)
+        terms.append((kind, ids_list))
+    return joiner, terms
+
+
+def _targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
+    if "_" in ref:
+        base, task = ref.split("_")
+        return conn.execute(
+            "SELECT state, start_time FROM jobs WHERE array_job_id=? AND array_task_id=?", (int(base), int(task))
+        ).fetchall()
+    return conn.execute(
+        "SELECT state, start_time FROM jobs WHERE id=? OR array_job_id=?", (int(ref), int(ref))
+    ).fetchall()
+
+
+def dependency_status(conn: sqlite3.Connection, job: dict[str, Any]) -> str:
+    """'ok', 'wait' or 'never' for the job's dependency."""
+    joiner, terms = parse_dependency(job["req"]["dependency"])
+    results = []
+    for kind, refs in terms:
+        if kind == "singleton":
+            busy = conn.execute(
+                "SELECT 1 FROM jobs WHERE name=? AND uid=? AND id<? AND state IN ('PENDING','RUNNING','COMPLETING')",
+                (job["name"], job["uid"], job["id"]),
+            ).fetchone()
+            results.append("wait" if busy else "ok")
+            continue
+        for ref in refs:
+            rows = _targets(conn, ref)
+            states = [r["state"] for r in rows]
+            final = all(s in db.FINAL_STATES for s in states)
+            if kind == "after":
+                results.append("ok" if all(r["start_time"] for r in rows) else "wait")
+            elif kind == "afterany":
+                results.append("ok" if final else "wait")
+            elif kind == "afterok":
+                bad = any(s in db.FINAL_STATES and s != "COMPLETED" for s in states)
+                results.append("never" if bad else "ok" if final else "wait")
+            else:  # afternotok / aftercorr
+                good = all(s == "COMPLETED" for s in states)
+                results.append("never" if final and good else "ok" if final else "wait")
+    if joiner == "any":
+        return "ok" if "ok" in results else "wait" if "wait" in results else "never"
+    return "never" if "never" in results else "wait" if "wait" in results else "ok"
+
+
+def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]:
+    """Start every pending job that may run now; returns the started jobs. Call in a transaction."""
+    running = db.jobs_where(conn, "state IN ('RUNNING','COMPLETING')")
+    free = alloc.free_resources(cluster, [j["alloc"] for j in running])
+    running_per_array: dict[int, int] = {}
+    for j in running:
+        if j["array_job_id"] is not None:
+            running_per_array[j["array_job_id"]] = running_per_array.get(j["array_job_id"], 0) + 1
+    pending = db.jobs_where(conn, "state='PENDING'", order="COALESCE(array_job_id, id), array_task_id")
+    started = []
+    blocked = False
+    now = db.now()
+    for job in pending:
+        reason = _wait_reason(conn, cluster, job, running_per_array, now)
+        req = JobRequest.from_json(job["req"])
+        if reason == "DependencyNeverSatisfied" and req.kill_on_invalid_dep:
+            conn.execute(
+                "UPDATE jobs SET state='CANCELLED', reason=?, end_time=? WHERE id=?", (reason, now, job["id"])
+            )
+            continue
+        placed = None
+        if reason is None:
+            placed = alloc.place(req, cluster, job["partition"], free)
+            if placed is None:
+                reason = "Priority" if blocked else "Resources"
+                blocked = True
+        if placed is None:
+            if reason != job["reason"]:
+                conn.execute("UPDATE jobs SET reason=? WHERE id=?", (reason, job["id"]))
+            continue
+        for part in placed:
+            slot = free[part["node"]]
+            slot.cpus -= part["cpus"]
+            slot.mem -= part["mem"]
+            slot.gpus = [g for g in slot.gpus if g not in part["gpus"]]
+            slot.idle = False
+        nodelist = hostlist.collect_hostlist([p["node"] for p in placed])
+        conn.execute(
+            "UPDATE jobs SET state='RUNNING', reason='None', start_time=?, alloc=?, nodelist=?, control=NULL "
+            "WHERE id=?",
+            (now, json.dumps(placed), nodelist, job["id"]),
+        )
+        if job["array_job_id"] is not None:
+            running_per_array[job["array_job_id"]] = running_per_array.get(job["array_job_id"], 0) + 1
+        started.append(job)
+    return started
+
+
+def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array: dict[int, int], now: float) -> str | None:
+    if job["held"]:
+        return "JobHeldUser" if job["held"] == 1 else "JobHeldAdmin"
+    if job["eligible_time"] and job["eligible_time"] > now:
+        return "BeginTime"
+    if job["req"].get("dependency"):
+        status = dependency_status(conn, job)
+        if status != "ok":
+            return "Dependency" if status == "wait" else "DependencyNeverSatisfied"
+    throttle = job["array_throttle"]
+    if throttle and running_per_array.get(job["array_job_id"], 0) >= throttle:
+        return "JobArrayTaskLimit"
+    part = cluster.partitions[job["partition"]]
+    if (job["req"]["nodes_min"] or 1) > len(part.nodes):
+        return "PartitionNodeLimit"
+    limit = part.max_time
+    if limit is not None and job["time_limit"] is not None and job["time_limit"] > limit:
+        return "PartitionTimeLimit"
+    return None

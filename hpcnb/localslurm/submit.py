@@ -1,0 +1,146 @@
+"""Turning a validated request into queued jobs (the controller's job-submit path)."""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import sqlite3
+
+from . import db, envvars, paths, scheduler
+from .alloc import never_fits
+from .cluster import Cluster
+from .request import JobRequest, SubmitError, UsageError
+
+MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
+
+
+def parse_array(spec: str) -> tuple[list[int], int | None]:
+    """``1-10:2%3`` / ``1,4,7`` -> (task ids, throttle)."""
+    body, _, throttle_text = spec.partition("%")
+    ids: list[int] = []
+    try:
+        for part in body.split(","):
+            match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+            if not match:
+                raise ValueError(part)
+            first = int(match.group(1))
+            last = int(match.group(2)) if match.group(2) else first
+            step = int(match.group(3) or 1)
+            if last < first or step < 1:
+                raise ValueError(part)
+            ids.extend(range(first, last + 1, step))
+        throttle = int(throttle_text) or None if throttle_text else None  # %0: no limit, as Slurm does
+    except ValueError:
+        raise SubmitError("Invalid job array specification") from None
+    ids = sorted(set(ids))
+    if not ids or ids[-1] >= MAX_ARRAY_SIZE:
+        raise SubmitError("Invalid job array specification")
+    return ids, throttle
+
+
+def export_env(spec: str | None, environ: dict[str, str]) -> dict[str, str]:
+    """``--export``: ALL (default), NONE, or a list of names / NAME=value (with or without ALL)."""
+    if not spec or spec == "ALL":
+        return dict(environ)
+    if spec == "NONE":
+        return {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    items = spec.split(",")
+    env = dict(environ) if "ALL" in items else {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    for item in items:
+        if item in ("ALL", "NONE"):
+            continue
+        name, eq, value = item.partition("=")
+        if eq:
+            env[name] = value
+        elif name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str:
+    """Check the request against the cluster; returns the partition. Raises SubmitError like slurmctld."""
+    partition = req.partition or cluster.default_partition.name
+    if "," in partition:
+        partition = partition.split(",")[0]
+    if partition not in cluster.partitions:
+        raise SubmitError("Invalid partition name specified", f"invalid partition specified: {partition}")
+    if cluster.account_required and not req.account:
+        raise SubmitError(
+            "Invalid account or account/partition combination specified",
+            "You have to specify an account for your slurm jobs with --account option.",
+        )
+    why = never_fits(req, cluster, partition)
+    if why == "Memory specification can not be satisfied":
+        raise SubmitError("Requested node configuration is not available", why)
+    if why:
+        raise SubmitError(why)
+    if req.dependency:
+        try:
+            scheduler.parse_dependency(req.dependency)
+        except ValueError:
+            raise SubmitError("Job dependency problem") from None
+    return partition
+
+
+def queue_jobs(
+    conn: sqlite3.Connection, req: JobRequest, cluster: Cluster, kind: str, script: bytes | None,
+    name: str, owner_pid: int | None = None,
+) -> list[int]:
+    """Validate and insert the job (or array tasks) in one transaction; returns the job ids."""
+    user = _user_name()
+    with db.transaction(conn):
+        partition = finalize(req, cluster, conn)
+        ids, throttle = parse_array(req.array) if req.array else ([None], None)
+        count = len(ids)
+        base = db.next_job_ids(conn, count)
+        data = req.to_json()
+        data["array_ids"] = ids if req.array else None
+        time_limit = req.time_limit if req.time_given else cluster.partitions[partition].max_time
+        now = db.now()
+        job_ids = []
+        for index, task in enumerate(ids):
+            # Slurm gives the array's last task the array's own id, the others new ids in order
+            job_id = base if (task is None or index == count - 1) else base + 1 + index
+            conn.execute(
+                "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
+                "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
+                "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', 'None', ?,?,?,?,?,?,?)",
+                (
+                    job_id, base if task is not None else None, task, throttle, name, user, os.getuid(),
+                    req.account, partition, kind, now, now, time_limit, 1 if req.hold else 0,
+                    json.dumps(data), owner_pid, _ctime(owner_pid),
+                ),
+            )
+            job_ids.append(job_id)
+            if script is not None:
+                _store_script(job_id, script)  # inside the transaction: the controller can't start it first
+    return sorted(job_ids)
+
+
+def _store_script(job_id: int, script: bytes) -> None:
+    path = paths.job_dir(job_id) / "script"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(script)
+
+
+def _ctime(pid: int | None) -> float | None:
+    from .procs import create_time
+
+    return create_time(pid) if pid else None
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return os.environ.get("USER", str(os.getuid()))
+
+
+def base_request_fields(req: JobRequest, environ: dict[str, str]) -> None:
+    """Fill what every submission records: environment, directories, submit host."""
+    req.env = export_env(req.export, environ)
+    req.submit_dir = os.getcwd()
+    req.workdir = os.path.abspath(req.chdir) if req.chdir else os.getcwd()
+    req.submit_host = envvars.submit_host()
