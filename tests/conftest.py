@@ -1,0 +1,49 @@
+"""Test setup: every test session gets its own private local Slurm (state dir, controller, PATH)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_slurm(tmp_path_factory: pytest.TempPathFactory):
+    """Point the local Slurm at a fresh state dir and put its commands first on PATH."""
+    state = tmp_path_factory.mktemp("slurm-state")
+    saved = dict(os.environ)
+    os.environ["HPCNB_STATE_DIR"] = str(state)
+    os.environ["HPCNB_SLURM"] = "local"
+    os.environ["HPCNB_CONTROLLER_IDLE"] = "60"
+    os.environ.pop("HPCNB_PROFILE", None)
+    for name in [n for n in os.environ if n.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_"))]:
+        del os.environ[name]
+    from hpcnb.backend import local_bin_dir
+
+    os.environ["PATH"] = f"{local_bin_dir()}{os.pathsep}{os.environ['PATH']}"
+    yield state
+    subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], capture_output=True, timeout=60)
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def run(args: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    """Run a command (argument list) and capture text output."""
+    kw.setdefault("timeout", 120)
+    return subprocess.run(args, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def sh():
+    return run
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
