@@ -57,8 +57,11 @@ _setup-venv:
 	echo "$(SETUP_KEY)" > $(STAMP); \
 	echo "make setup: done in $$((SECONDS - start)) s"
 
+# Jupyter refuses to run as root without --allow-root (root containers, CI).
+LAB_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 lab: setup
-	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=. notebooks/
+	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=. $(LAB_ROOT_FLAG) notebooks/
 
 # Every test.  pytest's exit code 5 means "no tests collected"; it is reported
 # but not treated as a failure, so that a suite part that is still empty
