@@ -1,0 +1,570 @@
+"""The job-script linter: real mistakes in ``#SBATCH`` scripts, with line numbers and fixes.
+
+``lint_text(text, profile=None)`` returns :class:`Finding` objects; a site
+profile (a :class:`hpcnb.sites.Profile` or its name) adds checks against what
+that site can run and what it forbids.  ``hpcnb lint [--profile NAME] FILE...``
+prints ``path:line: CODE message (fix: ...)`` and exits 1 when any finding is
+an error.
+
+Errors are things Slurm rejects or silently drops (or the site forbids);
+warnings are jobs that run, but not as intended.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcnb.jobscript import Directive, ParsedScript, parse_script
+from hpcnb.slurm_options import OptionError, match_long, parse_args, parse_slurm_time, suggest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hpcnb.sites import Profile
+
+__all__ = ["CODES", "Finding", "lint_file", "lint_text", "main"]
+
+ERROR, WARNING = "error", "warning"
+
+#: code -> (severity, short title)
+CODES: dict[str, tuple[str, str]] = {
+    "SL101": (ERROR, "unknown or misspelled option"),
+    "SL102": (ERROR, "ambiguous option abbreviation"),
+    "SL103": (ERROR, "malformed directive"),
+    "SL104": (ERROR, "#SBATCH after the first command is ignored"),
+    "SL105": (WARNING, "directive-looking comment is not a directive"),
+    "SL106": (ERROR, "sbatch rejects the script's form"),
+    "SL107": (WARNING, "log file name without a job-id pattern"),
+    "SL108": (WARNING, "no time limit"),
+    "SL109": (ERROR, "invalid time"),
+    "SL110": (WARNING, "abbreviated option name"),
+    "SL201": (WARNING, "multi-task job never launches its tasks with srun"),
+    "SL202": (WARNING, "srun does not inherit --cpus-per-task"),
+    "SL203": (WARNING, "fixed MASTER_PORT"),
+    "SL301": (ERROR, "partition unknown at this site"),
+    "SL302": (ERROR, "time limit above the partition's maximum"),
+    "SL303": (ERROR, "more GPUs per node than the site's nodes have"),
+    "SL304": (ERROR, "account/project directive missing"),
+    "SL305": (ERROR, "required directive missing"),
+    "SL306": (ERROR, "$HOME used for what the site forbids there"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: where, which check, how bad, what and how to fix it."""
+
+    lineno: int
+    code: str
+    severity: str  # "error" | "warning"
+    message: str
+    fix: str
+
+    def format(self, path: str = "<script>") -> str:
+        """``path:line: CODE message (fix: ...)``."""
+        return f"{path}:{self.lineno}: {self.code} {self.message} (fix: {self.fix})"
+
+
+def _f(lineno: int, code: str, message: str, fix: str, severity: str | None = None) -> Finding:
+    return Finding(lineno, code, severity or CODES[code][0], message, fix)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _last(parsed: ParsedScript, long: str) -> Directive | None:
+    return parsed.get(long)
+
+
+def _int(value: str | None) -> int | None:
+    """Leading integer of a count like "2", "2-4" (min) or "4k"; None if none."""
+    if value is None:
+        return None
+    m = re.match(r"\s*(\d+)", value)
+    return int(m.group(1)) if m else None
+
+
+def _anchor(parsed: ParsedScript) -> int:
+    """Where a missing directive belongs: after the last one, else line 1."""
+    return parsed.directives[-1].lineno if parsed.directives else 1
+
+
+def _logical_lines(body: tuple[tuple[int, str], ...], text: str) -> list[tuple[int, str]]:
+    """Body lines with backslash continuations joined; keeps the first line number."""
+    lines = text.split("\n")
+    if not body:
+        return []
+    out: list[tuple[int, str]] = []
+    i = body[0][0] - 1
+    while i < len(lines):
+        start, buf = i + 1, lines[i]
+        while buf.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            buf = buf[:-1] + " " + lines[i]
+        stripped = buf.strip()
+        if stripped and not stripped.startswith("#"):
+            out.append((start, buf))
+        i += 1
+    return out
+
+
+def _words(line: str) -> list[str]:
+    """Shell words of a line, comments dropped; a rough split if quoting is unbalanced."""
+    try:
+        lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+        lex.whitespace_split = True
+        lex.commenters = "#"
+        return list(lex)
+    except ValueError:
+        return line.split()
+
+
+_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "$(", "`"}
+
+
+def _commands(words: list[str]) -> list[list[str]]:
+    """Split a word list into simple commands at ``;``, ``&&``, ``|`` ..."""
+    out: list[list[str]] = [[]]
+    for w in words:
+        if w in _SEPARATORS or set(w) <= set(";&|()"):
+            out.append([])
+        else:
+            out[-1].append(w.lstrip("`").removeprefix("$("))
+    return [c for c in out if c]
+
+
+_PREFIX_WORDS = {"exec", "time", "nohup", "command", "env", "builtin", "then", "do", "else", "!", "{"}
+
+
+def _program(cmd: list[str]) -> tuple[str, list[str]] | None:
+    """(program basename, its arguments), skipping ``VAR=x`` and ``exec``/``time`` prefixes."""
+    i = 0
+    while i < len(cmd) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", cmd[i]) or cmd[i] in _PREFIX_WORDS):
+        i += 1
+    if i >= len(cmd):
+        return None
+    return cmd[i].rsplit("/", 1)[-1], cmd[i + 1 :]
+
+
+def _srun_sets_cpus(args: list[str]) -> bool:
+    """Does this srun command line pass -c/--cpus-per-task?"""
+    try:
+        opts, _ = parse_args(args, "srun")
+        return any(spec.long == "cpus-per-task" for spec, _ in opts)
+    except OptionError:
+        for a in args:
+            if a == "-c" or (a.startswith("-c") and a[2:].isdigit()):
+                return True
+            if a.startswith("--cpus-per-task") or (a.startswith("--cpus-per-t")):
+                return True
+        return False
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _check_directives(parsed: ParsedScript) -> list[Finding]:
+    out: list[Finding] = []
+    for d in parsed.directives:
+        if d.spec is not None:
+            if d.spec.arg == "required" and d.value is None:
+                out.append(_f(d.lineno, "SL103", f"{d.option} requires an argument",
+                              f"write {d.option}=VALUE"))
+            elif d.spec.arg == "none" and d.value is not None and d.option.startswith("--"):
+                out.append(_f(d.lineno, "SL103", f"--{d.spec.long} doesn't allow an argument",
+                              f"write just --{d.spec.long}"))
+            elif d.option.startswith("--") and d.option[2:] != d.spec.long:
+                out.append(_f(d.lineno, "SL110", f"{d.option} is an abbreviation of --{d.spec.long}",
+                              f"spell it out: --{d.spec.long}"))
+            continue
+        if not d.option.startswith("-") or d.option in ("-", "--"):
+            out.append(_f(d.lineno, "SL103",
+                          f"'{d.option}' is not an option: sbatch stops with 'Invalid directive found "
+                          f"in batch script: {d.option}'",
+                          "quote values that contain spaces, or start the comment with '#'"))
+            continue
+        name = d.option.lstrip("-")
+        if d.option.startswith("--"):
+            _, possible = match_long(name, "sbatch")
+            if possible:
+                names = ", ".join(f"--{s.long}" for s in possible)
+                out.append(_f(d.lineno, "SL102", f"{d.option} is ambiguous (could be {names})",
+                              "write the full option name"))
+                continue
+        hint = suggest(name, "sbatch") if len(name) > 1 else None
+        shown = d.option + (f"={d.value}" if d.value is not None else "")
+        out.append(_f(d.lineno, "SL101", f"sbatch: unrecognized option '{shown}'" if d.option.startswith("--")
+                      else f"sbatch: invalid option -- '{name}'",
+                      f"use --{hint}" if hint else "see `sbatch --help` for the valid options"))
+    return out
+
+
+def _check_form(parsed: ParsedScript) -> list[Finding]:
+    out: list[Finding] = []
+    for lineno, msg in parsed.errors:
+        text = msg.split(": ", 1)[1] if ": " in msg else msg
+        if "DOS line breaks" in text:
+            out.append(_f(max(lineno, 1), "SL106", "the script has DOS line breaks (\\r\\n); sbatch refuses it",
+                          "convert it with `dos2unix` or `sed -i 's/\\r$//'`"))
+        elif "does not look like a batch script" in text:
+            out.append(_f(1, "SL106", "the first line must start with #! (e.g. #!/bin/bash)",
+                          "add a shebang line such as #!/bin/bash"))
+        elif "Unmatched" in text:
+            out.append(_f(lineno, "SL106", text.split(": ", 2)[-1], "close the quote"))
+        elif "Change from #SLURM" in text:
+            out.append(_f(lineno, "SL106", "#SLURM is a legacy prefix; sbatch warns about it",
+                          "write #SBATCH", WARNING))
+        elif "empty" in text:
+            out.append(_f(1, "SL106", "the script is empty", "add a shebang, directives and commands"))
+    # dedupe messages that share a cause (DOS break lines come in pairs)
+    seen: set[tuple[int, str]] = set()
+    return [f for f in out if (f.lineno, f.message) not in seen and not seen.add((f.lineno, f.message))]
+
+
+def _check_placement(parsed: ParsedScript) -> list[Finding]:
+    out: list[Finding] = []
+    first_cmd = parsed.body_lines[0] if parsed.body_lines else None
+    seen: set[int] = set()
+    for d in parsed.ignored:
+        if d.lineno in seen:
+            continue
+        seen.add(d.lineno)
+        where = f"line {first_cmd[0]} ('{first_cmd[1].strip()[:40]}')" if first_cmd else "the first command"
+        out.append(_f(d.lineno, "SL104",
+                      f"'#SBATCH {d.option}{'' if d.value is None else '=' + d.value}' comes after the first "
+                      f"command at {where}; sbatch ignores it",
+                      "move all #SBATCH lines above the first command"))
+    for lineno, line in parsed.inert:
+        out.append(_f(lineno, "SL105", f"'{line.strip()}' is a plain comment to sbatch",
+                      "write '#SBATCH' in capitals at the very start of the line"))
+    return out
+
+
+_PATTERN = re.compile(r"%%|%(\d*)([A-Za-z])")
+
+
+def _check_log_names(parsed: ParsedScript) -> list[Finding]:
+    out: list[Finding] = []
+    is_array = _last(parsed, "array") is not None
+    for long in ("output", "error"):
+        d = _last(parsed, long)
+        if d is None or d.value is None or d.value.startswith("/dev/"):
+            continue
+        letters = {m.group(2) for m in _PATTERN.finditer(d.value) if m.group(2)}
+        hint = ""
+        if re.search(r"(?<![%A-Za-z0-9])[jJ](?![A-Za-z0-9])", d.value.replace("%%", "")):
+            hint = " ('J' without '%' is a literal letter)"
+        if is_array:
+            if letters & {"a", "j", "J"}:
+                continue
+            if "A" in letters:
+                out.append(_f(d.lineno, "SL107",
+                              f"--{long}={d.value} uses %A but not %a: every array task writes the same file",
+                              f"use --{long}=...%A_%a.{'out' if long == 'output' else 'err'}"))
+                continue
+            out.append(_f(d.lineno, "SL107", f"--{long}={d.value} has no %A_%a or %j{hint}: array tasks "
+                          "overwrite each other's log",
+                          f"use --{long}=...%A_%a.{'out' if long == 'output' else 'err'}"))
+        elif not letters & {"j", "J", "A"}:
+            out.append(_f(d.lineno, "SL107", f"--{long}={d.value} has no %j{hint}: every run of the job "
+                          "writes the same file",
+                          f"use --{long}=...%x_%j.{'out' if long == 'output' else 'err'}"))
+    return out
+
+
+def _check_time(parsed: ParsedScript) -> tuple[list[Finding], int | None, bool]:
+    """Findings, the limit in seconds (None = unlimited/absent) and whether it was given."""
+    d = _last(parsed, "time")
+    if d is None:
+        return [_f(_anchor(parsed), "SL108", "no --time: the job gets the partition's default limit",
+                   "add e.g. #SBATCH --time=01:00:00; a realistic limit also starts sooner")], None, False
+    try:
+        return [], parse_slurm_time(d.value or ""), True
+    except ValueError:
+        return [_f(d.lineno, "SL109", f"sbatch: error: Invalid --time specification ('{d.value}')",
+                   "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")], None, True
+
+
+_LAUNCH_OK = {"srun", "mpirun", "mpiexec"}
+_NEEDS_SRUN = {"torchrun", "horovodrun", "deepspeed", "accelerate"}
+
+
+def _task_counts(parsed: ParsedScript) -> tuple[bool, int]:
+    """(multi-task?, line of the directive that makes it so)."""
+    for long in ("ntasks", "ntasks-per-node", "nodes"):
+        d = _last(parsed, long)
+        n = _int(d.value) if d else None
+        if d is not None and n is not None and n > 1:
+            return True, d.lineno
+    return False, 0
+
+
+def _check_body(parsed: ParsedScript, text: str) -> list[Finding]:
+    out: list[Finding] = []
+    logical = _logical_lines(parsed.body_lines, text)
+    cpt = _last(parsed, "cpus-per-task")
+    cpt_n = _int(cpt.value) if cpt else None
+    srun_cpus_exported = False
+    launched = False
+    bare_launchers: list[tuple[int, str]] = []
+    for lineno, line in logical:
+        if re.search(r"\bSRUN_CPUS_PER_TASK=", line):
+            srun_cpus_exported = True
+        for cmd in _commands(_words(line)):
+            prog = _program(cmd)
+            if prog is None:
+                continue
+            name, args = prog
+            if name in _LAUNCH_OK:
+                launched = True
+            elif name in _NEEDS_SRUN or (name.startswith("python") and "torch.distributed.run" in args):
+                bare_launchers.append((lineno, name))
+            if name == "srun" and cpt is not None and (cpt_n is None or cpt_n > 1):
+                if not srun_cpus_exported and not _srun_sets_cpus(args):
+                    out.append(_f(lineno, "SL202",
+                                  f"srun here gets 1 CPU per task, not --cpus-per-task={cpt.value}: since "
+                                  "Slurm 22.05 srun does not inherit it from the job",
+                                  "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun, or pass "
+                                  "-c $SLURM_CPUS_PER_TASK"))
+        for m in re.finditer(r"\bMASTER_PORT=[\"']?(\d+)\b|--master[_-]port[= ]+[\"']?(\d+)\b", line):
+            port = m.group(1) or m.group(2)
+            out.append(_f(lineno, "SL203",
+                          f"fixed port {port}: two jobs sharing a node will clash on it",
+                          "derive it from the job id, e.g. export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))"))
+    multi, where = _task_counts(parsed)
+    if multi and not launched:
+        if bare_launchers:
+            lineno, name = bare_launchers[0]
+            why = ("starts its remote workers over ssh, outside Slurm (no task accounting or cleanup, "
+                   "and many sites block ssh to compute nodes)" if name == "horovodrun"
+                   else "without srun starts processes only on the job's first node")
+            idle = "" if name == "horovodrun" else "; the job's other tasks sit idle"
+            out.append(_f(lineno, "SL201", f"{name} {why}{idle}",
+                          f"launch one process per task with srun (e.g. srun python train.py), "
+                          f"or run {name} under srun with one task per node"))
+        else:
+            out.append(_f(where, "SL201",
+                          "the job asks for several tasks but no line launches them with srun: "
+                          "the script runs once, on the first node, and the rest sit idle",
+                          "start the parallel part with srun (e.g. srun python train.py)"))
+    return out
+
+
+# ------------------------------------------------------------ site profile
+
+_HOME = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+)(?=/|\s|$|[\"'])"
+_HOME_RULES: dict[str, tuple[re.Pattern[str], str]] = {
+    "venv": (
+        re.compile(rf"(?:\b(?:-m\s+venv|virtualenv|conda\s+create\b[^\n]*?(?:-p|--prefix))\s+(?:\S+\s+)*?[\"']?{_HOME}"
+                   rf"|\bsource\s+[\"']?{_HOME}\S*/bin/activate)"),
+        "a virtual environment under $HOME",
+    ),
+    "cache": (
+        re.compile(rf"(?:\b(?:XDG_CACHE_HOME|HF_HOME|HF_DATASETS_CACHE|TRANSFORMERS_CACHE|TORCH_HOME|"
+                   rf"PIP_CACHE_DIR|TORCH_EXTENSIONS_DIR|TRITON_CACHE_DIR|WANDB_DIR)=[\"']?{_HOME}"
+                   rf"|{_HOME}/\.cache\b)"),
+        "a cache under $HOME",
+    ),
+    "data": (
+        re.compile(rf"(?:--[\w-]*data[\w-]*[= ]+[\"']?{_HOME}|{_HOME}/[^\s\"']*data)", re.IGNORECASE),
+        "data under $HOME",
+    ),
+}
+
+
+def _gpus_per_node(parsed: ParsedScript) -> tuple[int, int, str | None] | None:
+    """(GPUs per node requested, line, GPU type) from --gpus-per-node, --gres, --gpus."""
+    nodes = _int(_last(parsed, "nodes").value) if _last(parsed, "nodes") else None
+    d = _last(parsed, "gpus-per-node")
+    if d and d.value:
+        typ, _, count = d.value.rpartition(":")
+        if count.isdigit():
+            return int(count), d.lineno, typ or None
+    d = _last(parsed, "gres")
+    if d and d.value:
+        for item in d.value.split(","):
+            parts = item.split(":")
+            if parts[0] == "gpu":
+                count = parts[-1] if len(parts) > 1 and parts[-1].isdigit() else "1"
+                typ = parts[1] if len(parts) == 3 else None
+                return int(count), d.lineno, typ
+    d = _last(parsed, "gpus")
+    if d and d.value:
+        typ, _, count = d.value.rpartition(":")
+        if count.isdigit():
+            return math.ceil(int(count) / max(nodes or 1, 1)), d.lineno, typ or None
+    return None
+
+
+def _site_gpu_limit(profile: Any, typ: str | None) -> int | None:
+    types = getattr(profile, "gpu_types", ()) or ()
+    if typ:
+        for g in types:
+            if g.name.lower() == typ.lower() and g.per_node:
+                return int(g.per_node)
+    known = [int(g.per_node) for g in types if getattr(g, "per_node", None)]
+    if known:
+        return max(known)
+    if not types:  # no real GPU data: the nodes the profile describes are the site
+        gpus = [int(getattr(n, "gpus", 0) or 0) for n in getattr(profile, "nodes", ())]
+        return max(gpus) if gpus else None
+    return None
+
+
+def _split_directive(text: str) -> tuple[str, str | None]:
+    """"--account=<project>" -> ("account", "<project>") using sbatch's own parser."""
+    try:
+        opts, _ = parse_args(shlex.split(text), "sbatch")
+    except (OptionError, ValueError):
+        return text.lstrip("-").partition("=")[0], None
+    if not opts:
+        return text.lstrip("-").partition("=")[0], None
+    spec, value = opts[0]
+    return spec.long, value
+
+
+def _check_profile(parsed: ParsedScript, text: str, profile: Any, limit: int | None, timed: bool) -> list[Finding]:
+    out: list[Finding] = []
+    site = getattr(profile, "name", "this site")
+    # partition and its time limit
+    d = _last(parsed, "partition")
+    part = None
+    if d is not None and d.value:
+        known = [p.name for p in profile.partitions]
+        for name in d.value.split(","):
+            if name not in known:
+                out.append(_f(d.lineno, "SL301", f"partition '{name}' does not exist at {site}",
+                              f"use one of: {', '.join(known)}"))
+            elif part is None:
+                part = next(p for p in profile.partitions if p.name == name)
+    elif d is None:
+        part = next((p for p in profile.partitions if p.default), None)
+    if part is not None and timed and limit is not None:
+        max_s = parse_slurm_time(part.max_time)
+        if max_s is not None and limit > max_s:
+            t = _last(parsed, "time")
+            out.append(_f(t.lineno if t else 1, "SL302",
+                          f"--time={t.value if t else '?'} exceeds partition '{part.name}' maximum of "
+                          f"{part.max_time}: the job pends forever (PartitionTimeLimit)",
+                          f"ask for at most {part.max_time}, and checkpoint to continue in a new job"))
+    # GPUs per node
+    req = _gpus_per_node(parsed)
+    if req is not None:
+        count, lineno, typ = req
+        cap = _site_gpu_limit(profile, typ)
+        if cap is not None and count > cap:
+            out.append(_f(lineno, "SL303", f"{count} GPUs per node requested, but {site}'s nodes have {cap}",
+                          f"ask for at most {cap} GPUs per node and add nodes (--nodes) instead"))
+    # account / required directives
+    if getattr(profile, "account_required", False):
+        directive = getattr(profile, "account_directive", None) or "--account=<project>"
+        long, _ = _split_directive(directive)
+        if _last(parsed, long) is None:
+            out.append(_f(_anchor(parsed), "SL304", f"{site} requires every job to name its project with --{long}",
+                          f"add #SBATCH {directive}"))
+    for req_text in getattr(profile, "required_directives", ()) or ():
+        long, want = _split_directive(req_text)
+        have = _last(parsed, long)
+        if have is None:
+            out.append(_f(_anchor(parsed), "SL305", f"{site} requires {req_text}", f"add #SBATCH {req_text}"))
+        elif want and "<" not in want and have.value is not None and want not in re.split(r"[&|,]", have.value):
+            out.append(_f(have.lineno, "SL305", f"{site} requires {req_text}, not --{long}={have.value}",
+                          f"use #SBATCH {req_text}"))
+    # $HOME rules
+    forbidden = tuple(getattr(profile, "home_forbidden_for", ()) or ())
+    for lineno, line in _logical_lines(parsed.body_lines, text):
+        for kind in forbidden:
+            rule = _HOME_RULES.get(kind)
+            if rule and rule[0].search(line):
+                out.append(_f(lineno, "SL306", f"{rule[1]}: {site} forbids keeping {kind} in the home directory",
+                              f"put it on the site's scratch/project storage instead of $HOME"))
+    return out
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def _resolve_profile(profile: Any) -> Any:
+    if profile is None or not isinstance(profile, str):
+        return profile
+    from hpcnb.sites import load_profile
+
+    return load_profile(profile)
+
+
+def lint_text(text: str, profile: Any = None) -> list[Finding]:
+    """Lint a job script's text; ``profile`` is a site Profile, its name, or None."""
+    prof = _resolve_profile(profile)
+    parsed = parse_script(text)
+    found = _check_form(parsed) + _check_directives(parsed) + _check_placement(parsed)
+    found += _check_log_names(parsed)
+    time_findings, limit, timed = _check_time(parsed)
+    found += time_findings + _check_body(parsed, text)
+    if prof is not None:
+        found += _check_profile(parsed, text, prof, limit, timed)
+    return sorted(found, key=lambda f: (f.lineno, f.code))
+
+
+def lint_file(path: str | Path, profile: Any = None) -> list[Finding]:
+    """Lint a job script file."""
+    return lint_text(Path(path).read_text(encoding="utf-8", errors="surrogateescape"), profile)
+
+
+_USAGE = "usage: hpcnb lint [--profile NAME] SCRIPT..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print findings; 0 = clean or warnings only, 1 = errors, 2 = usage problem."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    profile_name: str | None = None
+    paths: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-h", "--help"):
+            print(_USAGE)
+            return 0
+        if a == "--profile":
+            if i + 1 >= len(args):
+                print(f"hpcnb lint: --profile needs a name\n{_USAGE}", file=sys.stderr)
+                return 2
+            profile_name = args[i + 1]
+            i += 2
+            continue
+        if a.startswith("--profile="):
+            profile_name = a.split("=", 1)[1]
+        elif a.startswith("-") and a != "-":
+            print(f"hpcnb lint: unknown option {a}\n{_USAGE}", file=sys.stderr)
+            return 2
+        else:
+            paths.append(a)
+        i += 1
+    if not paths:
+        print(_USAGE, file=sys.stderr)
+        return 2
+    try:
+        profile = _resolve_profile(profile_name)
+    except ValueError as exc:  # ProfileError is a ValueError
+        print(f"hpcnb lint: {exc}", file=sys.stderr)
+        return 2
+    status = 0
+    for path in paths:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError as exc:
+            print(f"hpcnb lint: cannot read {path}: {exc.strerror}", file=sys.stderr)
+            status = 2
+            continue
+        for finding in lint_text(text, profile):
+            print(finding.format(path))
+            if finding.severity == ERROR and status == 0:
+                status = 1
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
