@@ -10,6 +10,7 @@ import sqlite3
 from . import db, envvars, paths, scheduler
 from .alloc import never_fits
 from .cluster import Cluster
+from .names import resolver_env
 from .request import JobRequest, SubmitError, UsageError
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
@@ -138,9 +139,10 @@ def _user_name() -> str:
         return os.environ.get("USER", str(os.getuid()))
 
 
-def base_request_fields(req: JobRequest, environ: dict[str, str]) -> None:
+def base_request_fields(req: JobRequest, environ: dict[str, str], cluster: Cluster) -> None:
     """Fill what every submission records: environment, directories, submit host."""
     req.env = export_env(req.export, environ)
+    req.env.update(resolver_env(cluster, req.env))
     req.submit_dir = os.getcwd()
     req.workdir = os.path.abspath(req.chdir) if req.chdir else os.getcwd()
     req.submit_host = envvars.submit_host()

@@ -13,10 +13,10 @@ from ..supervisor import WATCHED, Outcome, Supervisor
 
 def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
     """Queue an interactive allocation owned by this process and wait until it is granted."""
-    submit.base_request_fields(req, dict(os.environ))
     from .common import open_cluster
 
     conn, cluster = open_cluster()
+    submit.base_request_fields(req, dict(os.environ), cluster)
     (job_id,) = submit.queue_jobs(conn, req, cluster, "alloc", None, name, owner_pid=os.getpid())
     controller.poke()
     announced = False

@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     from .common import open_cluster
 
     _, cluster = open_cluster()
-    env = {**os.environ, **envvars.job_vars(job, cluster)}
+    env = {**job["req"]["env"], **envvars.job_vars(job, cluster)}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the command, as with Slurm
 
     def start(sup) -> None:

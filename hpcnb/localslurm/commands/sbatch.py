@@ -50,8 +50,8 @@ def main(argv: list[str]) -> int:
             text = script.decode("utf-8", errors="surrogateescape")
             req, rest = build_request("sbatch", argv, directive_args(parse_script(text)))
         req.script_args = rest[1:]
-        submit.base_request_fields(req, dict(os.environ))
         conn, cluster = open_cluster()
+        submit.base_request_fields(req, dict(os.environ), cluster)
         name = default_name(req, path)
         if req.test_only:
             return _test_only(req, cluster, conn)

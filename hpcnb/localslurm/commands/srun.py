@@ -174,7 +174,7 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
     holder: dict = {}
 
     def start(sup) -> None:
-        step, pids, threads = start_step(conn, job, cluster, step_req, argv, dict(os.environ), None)
+        step, pids, threads = start_step(conn, job, cluster, step_req, argv, job["req"]["env"], None)
         holder.update(step=step, pids=pids, threads=threads)
         for pid, _, _ in pids:
             sup.mains[pid] = None
