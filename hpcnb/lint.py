@@ -359,7 +359,7 @@ def _check_body(parsed: ParsedScript, text: str) -> list[Finding]:
 _HOME = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+)(?=/|\s|$|[\"'])"
 _HOME_RULES: dict[str, tuple[re.Pattern[str], str]] = {
     "venv": (
-        re.compile(rf"(?:\b(?:-m\s+venv|virtualenv|conda\s+create\b[^\n]*?(?:-p|--prefix))\s+(?:\S+\s+)*?[\"']?{_HOME}"
+        re.compile(rf"(?:(?:-m\s+venv|\bvirtualenv|\bconda\s+create\b[^\n]*?(?:-p|--prefix))\s+(?:-\S+\s+)*[\"']?{_HOME}"
                    rf"|\bsource\s+[\"']?{_HOME}\S*/bin/activate)"),
         "a virtual environment under $HOME",
     ),
