@@ -1,0 +1,667 @@
+"""The job API the lessons call: submit batch jobs, follow them, read their output and accounting.
+
+Everything goes through Slurm's own commands (sbatch, squeue, sacct, scontrol, scancel), found
+on the PATH that :func:`hpcnb.backend.slurm_env` arranges, so the same code drives the embedded
+local Slurm and a real cluster::
+
+    job = submit("train.sh", time="0:30", nodes=2)      # sbatch --time=0:30 --nodes=2 train.sh
+    job.wait()                                          # progress bar; returns the final state
+    print(job.tail())                                   # last lines of slurm-<id>.out
+    job.accounting()                                    # sacct rows: job, .batch, .0 ...
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcnb.jobscript import JobScript
+
+__all__ = [
+    "FINISHED_STATES",
+    "AccountingRow",
+    "Job",
+    "JobFailed",
+    "JobNotFound",
+    "QueueRow",
+    "SlurmError",
+    "SlurmWarning",
+    "SubmitError",
+    "parse_elapsed",
+    "parse_size",
+    "queue",
+    "submit",
+]
+
+#: Slurm's terminal job states (``CANCELLED by 1000`` counts as CANCELLED).
+FINISHED_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE",
+})
+ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
+COMMAND_TIMEOUT_S = 60.0
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")
+_OPTION_ALIASES = {"name": "job-name"}  # as in hpcnb.jobscript.JobScript
+
+
+# ------------------------------------------------------------------------------------ errors
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed. ``stderr`` and ``exit_code`` are the command's own."""
+
+    def __init__(self, message: str, stderr: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.stderr = stderr
+        self.exit_code = exit_code
+
+
+class SubmitError(SlurmError):
+    """sbatch refused the job; the message carries Slurm's text (and a hint where one helps)."""
+
+
+class JobNotFound(SlurmError, LookupError):
+    """Neither squeue nor sacct knows the job id."""
+
+
+class JobFailed(RuntimeError):
+    """``wait(check=True)``: the job ended in a state other than COMPLETED."""
+
+    def __init__(self, job: Job, state: str, exit_code: int | None, tail: str) -> None:
+        code = "" if exit_code is None else f" with exit code {exit_code}"
+        where = f"\n--- last lines of its output ---\n{tail.rstrip()}" if tail.strip() else ""
+        super().__init__(f"job {job.id} ended {state}{code}{where}")
+        self.job, self.state, self.exit_code, self.tail = job, state, exit_code, tail
+
+
+class SlurmWarning(UserWarning):
+    """Something a Slurm command printed on stderr although it succeeded."""
+
+
+# ------------------------------------------------------------------------------ parsing
+
+def parse_elapsed(text: str) -> int | None:
+    """Slurm durations to seconds: ``[D-]HH:MM:SS``, ``MM:SS``, ``M:SS.mmm``; None if blank/INVALID."""
+    text = text.strip()
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?", text)
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_size(text: str) -> int | None:
+    """sacct sizes to bytes (``15464K`` -> 15835136, ``1.50M``, ``0``); None if blank."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", text.strip().upper())
+    if not match:
+        return None
+    return round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _base_state(text: str) -> str:
+    """``CANCELLED by 1000`` -> ``CANCELLED``; ``COMPLETED`` stays."""
+    return text.strip().split(" ")[0].rstrip("+")
+
+
+def _stamp(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None  # Unknown, None, blank
+
+
+def _expand_ids(text: str) -> list[str]:
+    """``7_[1-3,5%2]`` -> ``7_1 7_2 7_3 7_5`` (sacct/squeue pending array lines); others unchanged."""
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", text)
+    if not match:
+        return [text]
+    base, out = match.group(1), []
+    for part in match.group(2).split(","):
+        first, _, last = part.partition("-")
+        out += [f"{base}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return out
+
+
+def _task_key(job_id: str) -> tuple[int, int]:
+    base, _, task = job_id.partition("_")
+    return int(base) if base.isdigit() else 0, int(task) if task.isdigit() else -1
+
+
+def _summarize(states: Iterable[str]) -> str:
+    """One state for a job or a whole array: active ones first, else the first that did not complete."""
+    states = list(states)
+    if not states:
+        return "UNKNOWN"
+    active = [s for s in states if s not in FINISHED_STATES]
+    if active:
+        for state in ("RUNNING", "COMPLETING"):
+            if state in active:
+                return state
+        return active[0]
+    return next((s for s in states if s != "COMPLETED"), "COMPLETED")
+
+
+# ------------------------------------------------------------------------ running commands
+
+def _slurm(args: list[str], *, cwd: Path | None = None, input: str | None = None,
+           timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Run one Slurm command (an argument list, no shell) with the chosen Slurm first on PATH."""
+    from hpcnb.backend import slurm_env, which_slurm
+
+    try:
+        return subprocess.run(
+            args, env=slurm_env(), cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL if input is None else None,
+        )
+    except FileNotFoundError:
+        raise SlurmError(
+            f"`{args[0]}` is not on PATH (HPCNB_SLURM chose the {which_slurm()} Slurm): load your site's "
+            "Slurm module, or set HPCNB_SLURM=local to use the embedded one"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(args)}` gave no answer within {timeout:g} s (is the controller up?)") from None
+
+
+def _checked(args: list[str], **kw: Any) -> str:
+    res = _slurm(args, **kw)
+    if res.returncode != 0:
+        raise SlurmError(f"`{' '.join(args)}` failed: {res.stderr.strip()}", res.stderr, res.returncode)
+    return res.stdout
+
+
+# ----------------------------------------------------------------------------- submit
+
+def _option_args(options: Mapping[str, Any]) -> list[str]:
+    """``ntasks_per_node=2`` -> ``--ntasks-per-node=2``; True -> a bare flag; None/False -> left out."""
+    out: list[str] = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        if len(key) == 1:
+            out += [f"-{key}"] if value is True else [f"-{key}", _option_value(value)]
+            continue
+        flag = "--" + _OPTION_ALIASES.get(key, key).replace("_", "-")
+        out.append(flag if value is True else f"{flag}={_option_value(value)}")
+    return out
+
+
+def _option_value(value: Any) -> str:
+    if isinstance(value, timedelta):
+        from hpcnb.slurm_options import format_slurm_time
+
+        return format_slurm_time(int(value.total_seconds()))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _hint(stderr: str, options: Mapping[str, Any]) -> str:
+    """For sbatch's ``unrecognized option '--ntaks-per-node=2'``: which keyword it came from, and the fix."""
+    match = re.search(r"unrecognized option '--([^='\s]+)", stderr)
+    if not match:
+        return ""
+    flag = match.group(1)
+    key = next((k for k in options if _OPTION_ALIASES.get(k, k).replace("_", "-") == flag), None)
+    if key is None:
+        return ""
+    from hpcnb.slurm_options import suggest
+
+    close = suggest(flag, "sbatch")
+    fix = f"; did you mean {close.replace('-', '_')}=...?" if close else "; see `sbatch --help` for the options"
+    return f"\n(submit({key}=...) became --{flag}{fix})"
+
+
+def _write_script(script: JobScript, workdir: Path) -> Path:
+    """Write the script as ``<name>.sbatch`` in ``workdir``, never over a different existing file."""
+    text = script.render()
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", script.name or "job")
+    number = 1
+    while True:
+        path = workdir / (f"{stem}.sbatch" if number == 1 else f"{stem}-{number}.sbatch")
+        if not path.exists() or path.read_text() == text:
+            return script.write(path)
+        number += 1
+
+
+def submit(
+    script: str | os.PathLike[str] | JobScript | None = None,
+    *,
+    wrap: str | None = None,
+    args: Iterable[Any] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> Job:
+    """Submit a batch job with ``sbatch --parsable`` and return its :class:`Job`.
+
+    ``script``: a path to a job script, script text starting with ``#!`` (fed to sbatch on stdin),
+    or a :class:`~hpcnb.jobscript.JobScript` (written to ``<name>.sbatch`` in ``cwd``). Or give
+    ``wrap="command"`` instead. ``args`` go to the script; ``cwd`` is where sbatch runs (default: here),
+    so relative paths and ``slurm-<id>.out`` land there. Every other keyword is an sbatch option:
+    ``time="0:30", nodes=2, ntasks_per_node=2, array="1-4%2", dependency=f"afterok:{job.id}"``
+    (``True`` for a flag, lists are comma-joined, a timedelta becomes a Slurm time).
+
+    Raises :class:`SubmitError` with Slurm's own message when sbatch refuses the job.
+    """
+    from hpcnb.jobscript import JobScript
+
+    if (script is None) == (wrap is None):
+        raise ValueError("submit() needs exactly one of: a script (path, '#!' text or JobScript) or wrap='command'")
+    workdir = Path(cwd) if cwd is not None else Path.cwd()
+    if not workdir.is_dir():
+        raise NotADirectoryError(f"submit(cwd={str(workdir)!r}): no such directory")
+    extra = [str(a) for a in args]
+    argv = ["sbatch", "--parsable", *_option_args(options)]
+    stdin_text = None
+    script_path: Path | None = None
+    if wrap is not None:
+        if extra:
+            raise ValueError("submit(wrap=...) takes no args=: put the arguments into the wrap command itself")
+        argv.append(f"--wrap={wrap}")
+    elif isinstance(script, JobScript):
+        script_path = _write_script(script, workdir)
+        argv += [str(script_path), *extra]
+    elif isinstance(script, str) and script.startswith("#!"):
+        if extra:
+            raise ValueError("submit(script_text, args=...): sbatch reads script text from stdin and cannot "
+                             "pass it arguments; write the script to a file or use JobScript")
+        stdin_text = script
+    else:
+        script_path = workdir / Path(script)  # type: ignore[arg-type]
+        argv += [os.fspath(script), *extra]  # type: ignore[arg-type]
+    res = _slurm(argv, cwd=workdir, input=stdin_text)
+    if res.returncode != 0:
+        text = res.stderr.strip() or res.stdout.strip() or f"sbatch exited with {res.returncode}"
+        raise SubmitError(text + _hint(res.stderr, options), res.stderr, res.returncode)
+    first = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+    job_id = first.split(";")[0]
+    if not job_id.isdigit():
+        raise SubmitError(f"sbatch --parsable printed no job id: {res.stdout!r}", res.stderr, res.returncode)
+    for line in res.stderr.strip().splitlines():
+        warnings.warn(line, SlurmWarning, stacklevel=2)
+    return Job(job_id, script_path=script_path, workdir=workdir)
+
+
+# ----------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class AccountingRow:
+    """One sacct line: the job (``step`` None), or a step such as ``batch``, ``extern`` or ``0``."""
+
+    job_id: str
+    name: str
+    state: str  # CANCELLED for "CANCELLED by 1000"; the full text is in state_text
+    exit_code: int
+    signal: int
+    elapsed: int | None  # seconds
+    max_rss: int | None  # bytes; None where sacct has none (the job line, running steps)
+    nnodes: int
+    ncpus: int
+    start: datetime | None
+    end: datetime | None
+    alloc_tres: dict[str, str] = field(default_factory=dict)
+    state_text: str = ""
+
+    @property
+    def step(self) -> str | None:
+        return self.job_id.split(".", 1)[1] if "." in self.job_id else None
+
+    @classmethod
+    def parse(cls, line: str) -> AccountingRow:
+        """A ``sacct -P --format`` :data:`ACCOUNTING_FORMAT` line (a ``|`` in JobName is fine)."""
+        job_id, _, rest = line.partition("|")
+        parts = rest.rsplit("|", 9)
+        if len(parts) != 10:
+            raise SlurmError(f"sacct printed an unexpected line: {line!r}")
+        name, state, exit_code, elapsed, max_rss, nnodes, ncpus, start, end, tres = parts
+        code, _, sig = exit_code.partition(":")
+        return cls(
+            job_id=job_id, name=name, state=_base_state(state), exit_code=int(code or 0), signal=int(sig or 0),
+            elapsed=parse_elapsed(elapsed), max_rss=parse_size(max_rss), nnodes=int(nnodes or 0),
+            ncpus=int(ncpus or 0), start=_stamp(start), end=_stamp(end),
+            alloc_tres=dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv), state_text=state,
+        )
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One squeue line (a pending array's tasks share one line, e.g. ``7_[3-8%2]``)."""
+
+    job_id: str
+    partition: str
+    user: str
+    state: str
+    time: int | None  # seconds run so far
+    time_limit: str
+    nodes: int
+    nodelist: str
+    reason: str
+    name: str
+
+
+_QUEUE_FORMAT = "%i|%P|%u|%T|%M|%l|%D|%N|%r|%j"  # the name, free text, goes last
+
+
+def queue(user: str | None = None) -> list[QueueRow]:
+    """The jobs squeue shows (everyone's, like squeue; ``user=`` for one user's)."""
+    argv = ["squeue", "-h", "-o", _QUEUE_FORMAT]
+    if user:
+        argv += ["-u", user]
+    rows = []
+    for line in _checked(argv).splitlines():
+        parts = line.split("|", 9)
+        if len(parts) != 10:
+            continue
+        job_id, part, usr, state, used, limit, nodes, nodelist, reason, name = parts
+        rows.append(QueueRow(job_id, part, usr, state, parse_elapsed(used), limit,
+                             int(nodes) if nodes.isdigit() else 0, nodelist, reason, name))
+    return rows
+
+
+# --------------------------------------------------------------------------------- Job
+
+class Job:
+    """A Slurm job (or one array task, id ``7_3``), followed through squeue, sacct and scontrol.
+
+    ``id`` is Slurm's id text: ``"12"``, or ``"7_3"`` for an array task. Properties ask Slurm
+    afresh each time; for an array job, ``state`` summarises its tasks (see :attr:`states`).
+    """
+
+    def __init__(self, job_id: int | str, *, script_path: Path | None = None, workdir: Path | None = None) -> None:
+        text = str(job_id).strip()
+        if not _JOB_ID.fullmatch(text):
+            raise ValueError(f"Job({job_id!r}): a job id is a number like 12, or 7_3 for an array task")
+        self.id = text
+        self.script_path = script_path
+        self.workdir = workdir
+        self._output_path: Path | None = None
+
+    @classmethod
+    def attach(cls, job_id: int | str) -> Job:
+        """Follow a job submitted elsewhere (a terminal, another notebook). Raises JobNotFound."""
+        job = cls(job_id)
+        job._task_states()
+        return job
+
+    # -- state ------------------------------------------------------------------------------
+    def _task_states(self) -> dict[str, str]:
+        """Job id text -> state, for the job or each of its array tasks; squeue first, then sacct."""
+        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%i|%T"])
+        seen: dict[str, str] = {}
+        if res.returncode == 0:
+            for line in res.stdout.splitlines():
+                ident, _, state = line.partition("|")
+                for one in _expand_ids(ident.strip()):
+                    seen[one] = _base_state(state)
+        if seen and not all(s in FINISHED_STATES for s in seen.values()):
+            return dict(sorted(seen.items(), key=lambda kv: _task_key(kv[0])))
+        acct = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "JobID,State"])
+        if acct.returncode == 0:
+            for line in acct.stdout.splitlines():
+                ident, _, state = line.partition("|")
+                for one in _expand_ids(ident.strip()):
+                    seen[one] = _base_state(state)
+        if not seen:
+            raise JobNotFound(
+                f"Slurm knows no job {self.id} (neither squeue nor sacct lists it)",
+                (res.stderr + acct.stderr).strip(), acct.returncode,
+            )
+        return dict(sorted(seen.items(), key=lambda kv: _task_key(kv[0])))
+
+    @property
+    def states(self) -> dict[str, str]:
+        """State per job id: ``{"12": "RUNNING"}``, or one entry per array task ``{"7_1": ..., "7_2": ...}``."""
+        return self._task_states()
+
+    @property
+    def state(self) -> str:
+        """The current state (``PENDING``, ``RUNNING``, ``COMPLETED`` ...); arrays: summarised over tasks."""
+        return _summarize(self._task_states().values())
+
+    @property
+    def is_array(self) -> bool:
+        """True for a whole job array (not for one of its tasks)."""
+        return self._array_in(self._task_states())
+
+    @property
+    def done(self) -> bool:
+        return all(s in FINISHED_STATES for s in self._task_states().values())
+
+    def array_tasks(self) -> list[Job]:
+        """One :class:`Job` per task of an array job (``7_1``, ``7_2`` ...)."""
+        tasks = [k for k in self._task_states() if "_" in k]
+        if "_" in self.id or not tasks:
+            raise ValueError(f"job {self.id} is not a job array (submit one with array='1-4')")
+        return [Job(t, workdir=self.workdir) for t in tasks]
+
+    @property
+    def reason(self) -> str:
+        """Why it waits (``Priority``, ``Dependency``, ``JobArrayTaskLimit`` ...), or ``None``."""
+        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%r"])
+        if res.returncode == 0 and res.stdout.strip():
+            return ",".join(dict.fromkeys(r.strip() for r in res.stdout.splitlines() if r.strip()))
+        out = _checked(["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "Reason"])
+        return ",".join(dict.fromkeys(r.strip() for r in out.splitlines() if r.strip())) or "None"
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes it runs (or ran) on, expanded: ``["node1", "node2"]``; empty before it starts."""
+        import hostlist
+
+        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%N"])
+        text = res.stdout if res.returncode == 0 and res.stdout.strip() else _checked(
+            ["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "NodeList"])
+        names: dict[str, None] = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if line and line not in ("None assigned", "(null)"):
+                names.update(dict.fromkeys(hostlist.expand_hostlist(line)))
+        return list(names)
+
+    # -- waiting ----------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None, poll: float | None = None, *, quiet: bool = False,
+             check: bool = False) -> str:
+        """Block until the job (every task of an array) has finished; return the final state.
+
+        Shows a progress bar unless ``quiet``. ``poll`` fixes the seconds between queries (default:
+        from 0.05 s, growing to 1 s on the local Slurm and 5 s on a real one). Raises TimeoutError
+        after ``timeout`` seconds (the job keeps running), and JobFailed with the output's last
+        lines if ``check`` and the job did not end COMPLETED.
+        """
+        from hpcnb.backend import which_slurm
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval, cap = poll or 0.05, poll or (1.0 if which_slurm() == "local" else 5.0)
+        bar = None if quiet else _Progress(self)
+        failures = 0
+        try:
+            while True:
+                try:
+                    states = self._task_states()
+                    failures = 0
+                except SlurmError:
+                    failures += 1  # a busy controller may miss one answer; not three in a row
+                    if failures >= 3:
+                        raise
+                    states = None
+                if states is not None:
+                    if bar:
+                        bar.update(states)
+                    if all(s in FINISHED_STATES for s in states.values()):
+                        break
+                if deadline is not None and time.monotonic() >= deadline:
+                    now = _summarize(states.values()) if states else "in an unknown state"
+                    raise TimeoutError(
+                        f"job {self.id} is still {now} after {timeout:g} s: wait longer "
+                        f"(job.wait(timeout=...)) or stop it with job.cancel()"
+                    )
+                pause = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+                time.sleep(pause)
+                interval = min(interval * 1.5, cap)
+        finally:
+            if bar:
+                bar.close()
+        final = _summarize(states.values())
+        if check and final != "COMPLETED":
+            failed = next((k for k, s in states.items() if s != "COMPLETED"), self.id)
+            culprit = self if failed == self.id else Job(failed, workdir=self.workdir)
+            try:
+                tail = culprit.tail()
+            except (OSError, SlurmError) as err:
+                tail = f"(output not readable: {err})"
+            raise JobFailed(culprit, final, culprit.exit_code, tail)
+        return final
+
+    # -- output -----------------------------------------------------------------------------
+    @property
+    def output_path(self) -> Path:
+        """The file the job's stdout goes to (``StdOut`` of ``scontrol show job``)."""
+        if self._output_path is None:
+            out = _checked(["scontrol", "show", "job", self.id])
+            records = [r for r in re.split(r"\n\s*\n", out) if r.strip()]
+            if "_" not in self.id and (len(records) > 1 or "ArrayJobId=" in out):
+                raise ValueError(f"job {self.id} is an array: each task has its own output, "
+                                 f"e.g. job.array_tasks()[0].output_path")
+            for line in out.splitlines():
+                if line.strip().startswith("StdOut="):
+                    self._output_path = Path(line.strip()[len("StdOut="):])
+                    break
+            else:
+                raise SlurmError(f"job {self.id} has no StdOut (an salloc/srun job prints to its terminal)")
+        return self._output_path
+
+    def tail(self, n: int = 20) -> str:
+        """The last ``n`` lines of the output file ("" while the job is still pending)."""
+        path = self.output_path
+        if not path.exists():
+            if self.state == "PENDING":
+                return ""
+            raise FileNotFoundError(f"job {self.id}'s output {path} does not exist (not visible from this machine?)")
+        return "".join(line + "\n" for line in _last_lines(path, n))
+
+    # -- control and accounting -------------------------------------------------------------
+    def cancel(self) -> bool:
+        """scancel the job (every task of an array); False if it had already finished."""
+        res = _slurm(["scancel", self.id])
+        if res.returncode == 0:
+            return True
+        if "already completing or completed" in res.stderr:
+            return False
+        raise SlurmError(f"scancel {self.id} failed: {res.stderr.strip()}", res.stderr, res.returncode)
+
+    def accounting(self, steps: bool = True) -> list[AccountingRow]:
+        """sacct's rows: the job's (one per array task), then its steps (``.batch``, ``.0`` ...)."""
+        argv = ["sacct", "-n", "-P", "-j", self.id, "--format", ACCOUNTING_FORMAT]
+        if not steps:
+            argv.insert(1, "-X")
+        return [AccountingRow.parse(line) for line in _checked(argv).splitlines() if line.strip()]
+
+    def _job_rows(self) -> list[AccountingRow]:
+        return self.accounting(steps=False)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The script's exit code once finished (arrays: the highest over tasks); None before."""
+        rows = self._job_rows()
+        if not rows or any(r.state not in FINISHED_STATES for r in rows):
+            return None
+        return max(r.exit_code for r in rows)
+
+    @property
+    def elapsed(self) -> int | None:
+        """Seconds run (so far); arrays: from the first task's start to the last task's end."""
+        rows = self._job_rows()
+        if len(rows) == 1:
+            return rows[0].elapsed if rows[0].start else None
+        starts = [r.start for r in rows if r.start]
+        if not starts:
+            return None
+        ends = [r.end or datetime.now() for r in rows if r.start]
+        return int((max(ends) - min(starts)).total_seconds())
+
+    def __repr__(self) -> str:
+        try:
+            states = self._task_states()
+        except (SlurmError, OSError) as err:
+            return f"<Job {self.id}: state unknown ({err})>"
+        if self._array_in(states):
+            counts: dict[str, int] = {}
+            for s in states.values():
+                counts[s] = counts.get(s, 0) + 1
+            return f"<Job {self.id} array: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ">"
+        return f"<Job {self.id} {_summarize(states.values())}>"
+
+    def _array_in(self, states: Mapping[str, str]) -> bool:
+        return "_" not in self.id and any("_" in k for k in states)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _last_lines(path: Path, n: int, block: int = 65536) -> list[str]:
+    """The last ``n`` lines of a file, reading from its end (logs can be large)."""
+    if n <= 0:
+        return []
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        pos, data = fh.tell(), b""
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+    return data.decode(errors="replace").splitlines()[-n:]
+
+
+def _in_notebook() -> bool:
+    kernel = sys.modules.get("ipykernel")
+    shell = sys.modules.get("IPython")
+    if kernel is None or shell is None:
+        return False
+    ip = shell.get_ipython()  # type: ignore[attr-defined]
+    return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
+
+
+class _Progress:
+    """A tqdm bar over a job's tasks (one for a plain job), labelled with the current states."""
+
+    def __init__(self, job: Job) -> None:
+        if _in_notebook():
+            from tqdm.auto import tqdm
+        else:
+            from tqdm import tqdm
+        self._bar = tqdm(total=1, desc=f"job {job.id}", leave=True, dynamic_ncols=True,
+                         bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} done [{elapsed}] {postfix}")
+        self._label = ""
+
+    def update(self, states: Mapping[str, str]) -> None:
+        finished = sum(s in FINISHED_STATES for s in states.values())
+        if self._bar.total != len(states):
+            self._bar.total = len(states)
+        counts: dict[str, int] = {}
+        for s in states.values():
+            counts[s] = counts.get(s, 0) + 1
+        label = " ".join(s if len(states) == 1 else f"{s}={n}" for s, n in counts.items())
+        if label != self._label:
+            self._bar.set_postfix_str(label, refresh=False)
+            self._label = label
+        self._bar.n = finished
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
