@@ -33,7 +33,7 @@ def show_job(job: dict, cluster, now: float) -> str:
         f"   JobState={job['state']} Reason={job['reason']} Dependency={req['dependency'] or '(null)'}",
         f"   Requeue={0 if req['requeue'] is False else 1} Restarts={job['restart_count']} "
         f"BatchFlag={1 if job['kind'] == 'batch' else 0} Reboot=0 ExitCode={job['exit_code']}:{job['exit_signal']}",
-        f"   RunTime={formats.elapsed(formats.run_time(job, now))} TimeLimit={"UNLIMITED" if job["time_limit"] is None else formats.elapsed(job["time_limit"])} TimeMin=N/A",
+        f"   RunTime={formats.elapsed(formats.run_time(job, now))} TimeLimit={'UNLIMITED' if job['time_limit'] is None else formats.elapsed(job['time_limit'])} TimeMin=N/A",
         f"   SubmitTime={formats.stamp(job['submit_time'])} EligibleTime={formats.stamp(job['eligible_time'])}",
         f"   StartTime={formats.stamp(job['start_time'])} EndTime={formats.stamp(end)} Deadline=N/A",
         f"   Partition={job['partition']} AllocNode:Sid={req['submit_host']}:0",
