@@ -299,8 +299,9 @@ def _launch_batch(sup: Supervisor) -> Outcome:
             "VALUES(?, 'batch', 'batch', 'RUNNING', ?, 1, ?, ?, ?)",
             (job["id"], now, job["alloc"][0]["cpus"], sup.node, pid),
         )
-    for fd in {in_fd, out_fd}:
-        os.close(fd)
+    os.close(in_fd)
+    if out_fd != err_fd:
+        os.close(out_fd)  # err_fd stays open: slurmstepd's own messages go there
     return sup.watch()
 
 
