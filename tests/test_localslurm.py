@@ -1,0 +1,200 @@
+"""End-to-end behaviour of the local Slurm through its commands (no real Slurm needed)."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run
+
+
+def submit(*args: str) -> int:
+    done = run(["sbatch", "--parsable", *args])
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip())
+
+
+def state(job_id: int | str) -> str:
+    out = run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "--format", "State"]).stdout.splitlines()
+    return out[0] if out else ""
+
+
+def wait_state(job_id: int, wanted: tuple[str, ...], timeout: float = 30) -> str:
+    end = time.time() + timeout
+    while time.time() < end:
+        current = state(job_id)
+        if current.split()[0] in wanted:
+            return current
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} stayed {state(job_id)}, wanted {wanted}")
+
+
+def squeue_field(job_id: int, fmt: str) -> str:
+    return run(["squeue", "-h", "-j", str(job_id), "-o", fmt]).stdout.strip()
+
+
+def test_script_directives_and_command_line_precedence(workdir: Path) -> None:
+    script = workdir / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=fromscript\n#SBATCH --time=1:00\n"
+                      "#SBATCH -o out-%x-%j.txt\necho name=$SLURM_JOB_NAME\n#SBATCH --job-name=ignored\n")
+    job = submit("-J", "fromcli", "--wait", "job.sh")
+    out = workdir / f"out-fromcli-{job}.txt"
+    assert out.read_text() == "name=fromcli\n"
+    assert "TimeLimit=00:01:00" in run(["scontrol", "show", "job", str(job)]).stdout
+
+
+def test_output_patterns(workdir: Path) -> None:
+    job = submit("--wait", "-J", "pat", "-o", "%x_%j_%N_%u.log", "-e", "err_%j.log", "--wrap", "echo out; echo err >&2")
+    user = run(["id", "-un"]).stdout.strip()
+    assert (workdir / f"pat_{job}_node1_{user}.log").read_text() == "out\n"
+    assert (workdir / f"err_{job}.log").read_text() == "err\n"
+
+
+def test_failure_timeout_and_states(workdir: Path) -> None:
+    failed = submit("--wrap", "exit 3")
+    killed = submit("--wrap", "kill -9 $$")
+    late = submit("--time=0:01", "--wrap", "sleep 30")
+    assert wait_state(failed, ("FAILED",)) == "FAILED"
+    assert wait_state(killed, ("FAILED",)) == "FAILED"
+    assert wait_state(late, ("TIMEOUT",), timeout=20) == "TIMEOUT"
+    rows = run(["sacct", "-n", "-P", "-j", f"{failed},{killed},{late}", "--format", "JobID,State,ExitCode"]).stdout
+    assert f"{failed}|FAILED|3:0" in rows and f"{failed}.batch|FAILED|3:0" in rows
+    assert f"{killed}|FAILED|0:9" in rows
+    assert f"{late}|TIMEOUT|0:0" in rows and f"{late}.batch|CANCELLED|0:15" in rows
+
+
+def test_pending_reasons_resources_priority_and_fit(workdir: Path) -> None:
+    big = submit("-N2", "--exclusive", "--wrap", "sleep 3")
+    wait_state(big, ("RUNNING",))
+    second = submit("-n1", "--wrap", "true")
+    third = submit("-n1", "--wrap", "true")
+    assert squeue_field(second, "%T %r") == "PENDING Resources"
+    assert squeue_field(third, "%T %r") == "PENDING Priority"
+    run(["scancel", str(big)])
+    assert wait_state(third, ("COMPLETED",)) == "COMPLETED"
+    never = run(["sbatch", "--gres=gpu:3", "--wrap", "true"])
+    assert never.returncode == 1
+    assert never.stderr == "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
+
+
+def test_array_throttle_and_squeue_collapse(workdir: Path) -> None:
+    job = submit("--array=1-4%1", "-o", "a_%A_%a.out", "--wrap", "sleep 0.3; echo $SLURM_ARRAY_TASK_ID")
+    lines = run(["squeue", "-h", "-o", "%i %t %r"]).stdout
+    assert re.search(rf"{job}_\[\d(-\d)?%1\] PD JobArrayTaskLimit", lines), lines
+    for task in range(1, 5):
+        assert wait_state(f"{job}_{task}", ("COMPLETED",)) == "COMPLETED"
+    assert sorted(p.read_text() for p in workdir.glob(f"a_{job}_*.out")) == ["1\n", "2\n", "3\n", "4\n"]
+    starts = run(["sacct", "-n", "-X", "-P", "-j", str(job), "--format", "Start,End"]).stdout.split()
+    assert len(starts) == 4
+
+
+def test_dependencies(workdir: Path) -> None:
+    first = submit("--wrap", "sleep 0.5")
+    ok = submit(f"--dependency=afterok:{first}", "--wrap", "true")
+    notok = submit(f"--dependency=afternotok:{first}", "--wrap", "true")
+    assert squeue_field(ok, "%r") == "Dependency"
+    assert wait_state(ok, ("COMPLETED",)) == "COMPLETED"
+    time.sleep(0.3)
+    assert squeue_field(notok, "%T %r") == "PENDING DependencyNeverSatisfied"
+    run(["scancel", str(notok)])
+    assert state(notok).startswith("CANCELLED")
+    name = "single"
+    one = submit("-J", name, "--wrap", "sleep 0.5")
+    two = submit("-J", name, "--dependency=singleton", "--wrap", "true")
+    assert squeue_field(two, "%r") == "Dependency"
+    wait_state(two, ("COMPLETED",))
+    assert run(["sacct", "-n", "-X", "-P", "-j", str(one), "--format", "End"]).stdout <= \
+        run(["sacct", "-n", "-X", "-P", "-j", str(two), "--format", "Start"]).stdout
+
+
+def test_hold_release_and_cancel_pending(workdir: Path) -> None:
+    job = submit("--hold", "--wrap", "true")
+    assert squeue_field(job, "%r") == "JobHeldUser"
+    assert run(["scontrol", "release", str(job)]).returncode == 0
+    assert wait_state(job, ("COMPLETED",)) == "COMPLETED"
+    held = submit("-H", "--wrap", "true")
+    assert run(["scancel", str(held)]).returncode == 0
+    assert state(held) == f"CANCELLED by {run(['id', '-u']).stdout.strip()}"
+
+
+def test_requeue_and_preempt_keep_the_job_id(workdir: Path) -> None:
+    job = submit("-o", "rq.out", "--wrap", "echo run $SLURM_RESTART_COUNT; sleep 30")
+    wait_state(job, ("RUNNING",))
+    time.sleep(0.3)
+    assert run(["scontrol", "requeue", str(job)]).returncode == 0
+    deadline = time.time() + 20
+    while "run 1" not in (workdir / "rq.out").read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    assert "Restarts=1" in run(["scontrol", "show", "job", str(job)]).stdout
+    import sys
+
+    assert run([sys.executable, "-m", "hpcnb.cli", "slurm", "preempt", str(job)]).returncode == 0
+    while "run 2" not in (workdir / "rq.out").read_text() and time.time() < deadline:
+        time.sleep(0.1)
+    text = (workdir / "rq.out").read_text()
+    assert text.startswith("run\n") or text.startswith("run \n")
+    assert "run 1" in text and "run 2" in text and "DUE TO PREEMPTION" in text
+    run(["scancel", str(job)])
+
+
+def test_signal_before_time_limit_reaches_the_batch_shell(workdir: Path) -> None:
+    job = submit("--time=0:03", "--signal=B:USR1@2", "-o", "sig.out",
+                 "--wrap", "trap 'echo got USR1; exit 0' USR1; sleep 10 & wait")
+    assert wait_state(job, ("COMPLETED",), timeout=15) == "COMPLETED"
+    assert "got USR1" in (workdir / "sig.out").read_text()
+
+
+def test_squeue_default_format_and_me(workdir: Path) -> None:
+    job = submit("-J", "sq", "--wrap", "sleep 2")
+    wait_state(job, ("RUNNING",))
+    out = run(["squeue", "--me"]).stdout.splitlines()
+    assert out[0] == "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+    assert re.match(rf"\s+{job}\s+debug\s+sq\s+\S+\s+R\s+0:0\d\s+1 node1$", out[1]), out[1]
+    run(["scancel", str(job)])
+
+
+def test_sinfo_scontrol_and_hostnames() -> None:
+    run(["scancel", "--me"])
+    end = time.time() + 20
+    while run(["squeue", "-h"]).stdout and time.time() < end:
+        time.sleep(0.1)
+    assert run(["scontrol", "show", "hostnames", "node[1-2],gpu[07-08]"]).stdout.split() == \
+        ["node1", "node2", "gpu07", "gpu08"]
+    info = run(["sinfo", "-o", "%P %D %c %m %G"]).stdout.splitlines()
+    assert info == ["PARTITION NODES CPUS MEMORY GRES", "debug* 2 2 8000 gpu:2", "short 2 2 8000 gpu:2"]
+    node = run(["scontrol", "show", "node", "node2"]).stdout
+    assert "NodeName=node2" in node and "RealMemory=8000" in node and "Gres=gpu:2" in node
+
+
+def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:
+    done = run(["salloc", "-N2", "-n2", "srun", "-l", "hostname"])
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines())[0].startswith("0: ")
+    job = re.search(r"Granted job allocation (\d+)", done.stderr).group(1)
+    rows = run(["sacct", "-n", "-P", "-j", job, "--format", "JobID,JobName,State,NNodes"]).stdout.split()
+    assert rows[0] == f"{job}|interactive|COMPLETED|2" and rows[1].startswith(f"{job}.0|hostname|COMPLETED")
+    bad = run(["srun", "-n2", "sh", "-c", "exit $SLURM_PROCID"])
+    assert bad.returncode == 1 and "task 1: Exited with exit code 1" in bad.stderr
+
+
+def test_test_only_queues_nothing(workdir: Path) -> None:
+    before = run(["squeue", "-h", "-t", "all"]).stdout
+    done = run(["sbatch", "--test-only", "-n2", "--wrap", "true"])
+    assert done.returncode == 0 and re.match(r"sbatch: Job \d+ to start at \S+ using 2 processors", done.stderr)
+    assert run(["squeue", "-h", "-t", "all"]).stdout == before
+
+
+@pytest.mark.parametrize("args, message, code", [
+    (["--time=abc"], "sbatch: error: Invalid --time specification\n", 255),
+    (["--partition=nope"], "sbatch: error: invalid partition specified: nope\n"
+     "sbatch: error: Batch job submission failed: Invalid partition name specified\n", 1),
+    (["--ntaks-per-node=2"], "sbatch: unrecognized option '--ntaks-per-node=2'\n"
+     "Try \"sbatch --help\" for more information\n", 255),
+    (["--mem=100000"], "sbatch: error: Memory specification can not be satisfied\n"
+     "sbatch: error: Batch job submission failed: Requested node configuration is not available\n", 1),
+])
+def test_bad_requests_answer_like_slurm(args, message, code, workdir: Path) -> None:
+    done = run(["sbatch", *args, "--wrap", "true"])
+    assert (done.returncode, done.stderr, done.stdout) == (code, message, "")
