@@ -114,6 +114,8 @@ def tokenize_directive(rest: str) -> list[str]:
             pos += 1
         if pos >= n:
             return words
+        if not words:
+            start = pos  # sbatch skips the blanks after the prefix before reading words
         out: list[str] = []
         quote = ""
         escape = False
@@ -207,8 +209,13 @@ def _directives_from_words(words: list[tuple[int, str, str]], command: str = "sb
     return out
 
 
-def parse_script(text: str, prefix: str = "#SBATCH", filename: str = "script") -> ParsedScript:
-    """Split a job script into honoured directives, ignored ones and the body."""
+def parse_script(text: str, prefix: str = "#SBATCH", filename: str | None = None) -> ParsedScript:
+    """Split a job script into honoured directives, ignored ones and the body.
+
+    ``filename`` only appears in sbatch's messages, as its basename
+    ("stdin" when the script came from standard input, the default).
+    """
+    shown = os.path.basename(filename) if filename else "stdin"
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -255,7 +262,7 @@ def parse_script(text: str, prefix: str = "#SBATCH", filename: str = "script") -
         except UnmatchedQuote as exc:
             words = exc.words
             if not in_body:
-                errors.append((lineno, f"fatal: {filename}: line {lineno}: {exc}"))
+                errors.append((lineno, f"fatal: {shown}: line {lineno}: {exc}"))
         if words and words[0] in ("hetjob", "packjob"):
             hetjob.append(lineno)
             continue

@@ -496,7 +496,7 @@ def _resolve_profile(profile: Any) -> Any:
     return load_profile(profile)
 
 
-def lint_text(text: str, profile: Any = None) -> list[Finding]:
+def lint_text(text: str, profile: Profile | str | None = None) -> list[Finding]:
     """Lint a job script's text; ``profile`` is a site Profile, its name, or None."""
     prof = _resolve_profile(profile)
     parsed = parse_script(text)
@@ -509,7 +509,7 @@ def lint_text(text: str, profile: Any = None) -> list[Finding]:
     return sorted(found, key=lambda f: (f.lineno, f.code))
 
 
-def lint_file(path: str | Path, profile: Any = None) -> list[Finding]:
+def lint_file(path: str | Path, profile: Profile | str | None = None) -> list[Finding]:
     """Lint a job script file."""
     return lint_text(Path(path).read_text(encoding="utf-8", errors="surrogateescape"), profile)
 

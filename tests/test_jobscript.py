@@ -89,6 +89,10 @@ def test_unmatched_quote_is_fatal_like_sbatch():
     parsed = parse_script('#!/bin/bash\n#SBATCH -J a   "--comment=x y\ntrue\n', filename="s2.sh")
     assert parsed.args == ("-J", "a")
     assert parsed.errors == ((2, 'fatal: s2.sh: line 2: Unmatched `"` in [   "--comment=x y]'),)
+    # the first word's leading blanks are skipped; the name is the basename, or "stdin"
+    first = parse_script('#!/bin/bash\n#SBATCH  "oops\ntrue\n', filename="/tmp/sub/job.sh")
+    assert first.errors == ((2, 'fatal: job.sh: line 2: Unmatched `"` in ["oops]'),)
+    assert parse_script('#!/bin/bash\n#SBATCH "oops\n').errors[0][1].startswith("fatal: stdin: line 2:")
 
 
 def test_value_on_next_directive_line():
