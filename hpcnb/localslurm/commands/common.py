@@ -23,7 +23,9 @@ def build_request(command: str, argv: list[str], directives: list[str] | None = 
     req = JobRequest(command=command)
     opts, rest = parse_args(argv, command)
     if directives:
-        script_opts, _ = parse_args(directives, command)
+        script_opts, leftover = parse_args(directives, command)
+        if leftover:
+            raise UsageError(f"Invalid directive found in batch script: {leftover[0]}", exit_code=255)
         for spec, value in script_opts:
             apply_option(req, spec, value)
     for spec, value in opts:

@@ -9,17 +9,10 @@ from hpcnb.slurm_options import OptionError
 
 from .. import controller, db, submit
 from ..request import SubmitError, UsageError, default_name
-from . import error
 from .common import build_request, open_cluster, report
 
-SHEBANG_HELP = (
-    "This does not look like a batch script.  The first",
-    "line must start with #! followed by the path to an interpreter.",
-    "For instance: #!/bin/sh",
-)
-
-
 def read_script(rest: list[str], wrap: str | None) -> tuple[bytes, str | None]:
+    """The script's bytes and path (None for --wrap or standard input)."""
     if wrap is not None:
         if rest:
             raise UsageError("Script arguments not permitted with --wrap option")
@@ -29,26 +22,29 @@ def read_script(rest: list[str], wrap: str | None) -> tuple[bytes, str | None]:
         data = sys.stdin.buffer.read() if path is None else open(path, "rb").read()
     except OSError:
         raise UsageError(f"Unable to open file {path}") from None
-    if not data:
-        raise UsageError("Batch script is empty!")
-    if not data.startswith(b"#!"):
-        raise UsageError(*SHEBANG_HELP)
     if b"\0" in data:
         raise UsageError("The job script contains a NULL character, refusing to submit it.")
-    if data.replace(b"\r\n", b"\n").count(b"\r"):
-        raise UsageError("Batch script contains DOS line breaks (\\r\\n)", "instead of expected UNIX line breaks (\\n).")
     return data, path
+
+
+def script_directives(script: bytes, path: str | None) -> list[str]:
+    """The script's #SBATCH words; sbatch's own complaints about the script stop the submission."""
+    from hpcnb.jobscript import directive_args, parse_script
+
+    parsed = parse_script(script.decode("utf-8", errors="surrogateescape"), filename=path)
+    for _, message in parsed.errors:
+        print(f"sbatch: {message}", file=sys.stderr)
+    if any(not m.startswith("error: Change from #SLURM") for _, m in parsed.errors):
+        raise SystemExit(1)
+    return directive_args(parsed)
 
 
 def main(argv: list[str]) -> int:
     try:
         req, rest = build_request("sbatch", argv)
         script, path = read_script(rest, req.wrap)
-        if path is not None:  # --wrap scripts carry no directives
-            from hpcnb.jobscript import directive_args, parse_script
-
-            text = script.decode("utf-8", errors="surrogateescape")
-            req, rest = build_request("sbatch", argv, directive_args(parse_script(text)))
+        if req.wrap is None:  # --wrap scripts carry no directives
+            req, rest = build_request("sbatch", argv, script_directives(script, path))
         req.script_args = rest[1:]
         conn, cluster = open_cluster()
         submit.base_request_fields(req, dict(os.environ), cluster)
