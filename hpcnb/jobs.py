@@ -553,10 +553,10 @@ class Job:
     def cancel(self) -> bool:
         """scancel the job (every task of an array); False if it had already finished."""
         res = _slurm(["scancel", self.id])
-        if res.returncode == 0:
-            return True
         if "already completing or completed" in res.stderr:
             return False
+        if res.returncode == 0:
+            return True
         raise SlurmError(f"scancel {self.id} failed: {res.stderr.strip()}", res.stderr, res.returncode)
 
     def accounting(self, steps: bool = True) -> list[AccountingRow]:
