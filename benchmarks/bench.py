@@ -124,6 +124,7 @@ def environment(state: Path) -> dict[str, str]:
            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_"))}
     env.update(HPCNB_STATE_DIR=str(state), HPCNB_SLURM="local")
     env.pop("HPCNB_PROFILE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what users get: commands load cached bytecode
     folder = subprocess.run([PY, "-m", "hpcnb.cli", "slurm-path"], env=env, capture_output=True, text=True,
                             check=True).stdout.strip()
     env["PATH"] = f"{folder}{os.pathsep}{env.get('PATH', os.defpath)}"
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir()
     env = environment(state)
     rows: list[Row] = []
+    load_before = os.getloadavg()[0]
     try:
         sbatch_wait(env, work, 2)  # start the controller; not measured
         med = statistics.median
@@ -160,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([PY, "-m", "hpcnb.cli", "slurm", "reset"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
     header = ["what", "median / total", "target", "real Slurm 22.05", "ratio to real"]
-    print(f"hpcnb benchmark, {time.strftime('%Y-%m-%d')}, {platform.node()} "
-          f"({os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform(terse=True)})\n")
+    revision = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True).stdout.strip() or "unknown"
+    print(f"hpcnb benchmark, {time.strftime('%Y-%m-%d %H:%M')}, hpcnb {revision}, {platform.node()} "
+          f"({os.cpu_count()} cores, load {load_before:.2f} before, Python {platform.python_version()}, "
+          f"{platform.platform(terse=True)})\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:

@@ -403,7 +403,9 @@ class Job:
                 ident, _, state = line.partition("|")
                 for one in _expand_ids(ident.strip()):
                     seen[one] = _base_state(state)
-        if seen and not all(s in FINISHED_STATES for s in seen.values()):
+        # squeue's word is final for a plain job; an array's finished tasks may already have left
+        # the queue (after MinJobAge), so once squeue shows nothing active, sacct has the whole array
+        if seen and not (all(s in FINISHED_STATES for s in seen.values()) and self._array_in(seen)):
             return dict(sorted(seen.items(), key=lambda kv: _task_key(kv[0])))
         acct = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "JobID,State"])
         if acct.returncode == 0:
