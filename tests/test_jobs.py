@@ -112,9 +112,11 @@ def test_script_job_with_args_and_script_text(workdir: Path) -> None:
     assert job.wait(timeout=WAIT, quiet=True) == "COMPLETED"
     assert job.tail() == "args: a b 2\n"
     assert job.accounting(steps=False)[0].name == "from-file"
-    text_job = submit("#!/bin/sh\necho via stdin\n", cwd=workdir)
+    text_job = submit("#!/bin/sh\n#SBATCH --job-name=from-stdin\necho via stdin\n", cwd=workdir)
+    assert text_job.script_path is None
     assert text_job.wait(timeout=WAIT, quiet=True) == "COMPLETED"
     assert text_job.tail() == "via stdin\n"
+    assert text_job.accounting(steps=False)[0].name == "from-stdin"
 
 
 def test_failing_job_is_failed_with_exit_code_and_check_raises(workdir: Path) -> None:
@@ -253,7 +255,8 @@ def test_queue_lists_running_jobs_with_awkward_names(workdir: Path) -> None:
     row = rows[0]
     assert (row.name, row.state, row.nodes, row.reason, row.partition) == ("a|b c", "RUNNING", 1, "None", "debug")
     assert row.nodelist.startswith("node") and row.time is not None
-    assert [r.job_id for r in queue(user="nobody-here")] == []
+    assert job.id in [r.job_id for r in queue(user=row.user)]
+    assert job.id not in [r.job_id for r in queue(user="nobody")]  # a real user with no jobs here
     job.cancel()
 
 
