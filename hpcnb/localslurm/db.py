@@ -6,8 +6,11 @@ no state is ever half-written. A damaged file raises :class:`StateError` naming 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +45,8 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 """
 
+_SCHEMA_NAMES = re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", SCHEMA)
+
 PENDING_STATES = ("PENDING",)
 ACTIVE_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
@@ -51,29 +56,132 @@ class StateError(RuntimeError):
     """The state file is unreadable; the message says how to recover."""
 
 
-def _damaged(path: Path, err: Exception) -> StateError:
+#: SQLite result codes that mean the file itself is damaged (not merely busy).
+_DAMAGE_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def _damaged(path: Path, err: object) -> StateError:
     return StateError(
         f"the local Slurm's state file {path} is damaged ({err}). "
         "Run `hpcnb slurm recover` to keep a copy of it and salvage what can be read."
     )
 
 
-def connect(path: Path | None = None) -> sqlite3.Connection:
+def marker_path(path: Path) -> Path:
+    """A small file beside the database holding its identity: proof that state existed."""
+    return path.with_name(path.name + ".id")
+
+
+def is_damage(err: BaseException) -> bool:
+    """Does this SQLite error mean a damaged file (rather than a busy or full disk)?"""
+    if not isinstance(err, sqlite3.DatabaseError):
+        return False
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _DAMAGE_CODES
+    return type(err) is sqlite3.DatabaseError
+
+
+def state_error(err: BaseException, path: Path | None = None) -> StateError:
+    """A clear StateError for any SQLite failure (damage, full disk, a lock held too long)."""
     path = path or paths.db_path()
+    if is_damage(err) or isinstance(err, (ValueError, KeyError)):
+        return _damaged(path, err)
+    text = str(err)
+    if "locked" in text or "busy" in text:
+        return StateError(
+            f"the local Slurm's state file {path} stayed locked for over a minute ({text}); "
+            "another command may be stuck. If it persists, `hpcnb slurm stop` and try again."
+        )
+    if "full" in text or "disk I/O" in text or "readonly" in text or "unable to open" in text:
+        return StateError(f"the local Slurm cannot write its state file {path} ({text}); check the disk holding it.")
+    return _damaged(path, err)
+
+
+def connect(path: Path | None = None) -> sqlite3.Connection:
+    """Open the state database, creating it (private, 0600) on first use.
+
+    Raises :class:`StateError` when the file is damaged: unreadable, not a database, missing its
+    tables, or empty/missing although state was recorded before (its marker file exists).
+    """
+    path = path or paths.db_path()
+    marker = marker_path(path)
+    recorded = _read_marker(marker)  # before looking at the file: the marker is written after it
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = -1
+    if size <= 0 and recorded:
+        what = "is missing" if size < 0 else "is empty (truncated)"
+        raise _damaged(path, f"the file {what} although it held the state {recorded}")
+    if size < 0:
+        _create(path)
     try:
         conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout=60000")
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        if not {"meta", "jobs", "steps"} <= names:
+            raise _damaged(path, f"its tables are missing (found: {', '.join(sorted(names)) or 'none'})")
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(SCHEMA)
-        path.chmod(0o600)
+        if not set(_SCHEMA_NAMES) <= names:
+            conn.executescript(SCHEMA)  # a state file from an older version: add what is new
+        row = conn.execute("SELECT value FROM meta WHERE key='state_id'").fetchone()
+        if row is None:  # a state file from before state ids
+            with transaction(conn):
+                if get_meta(conn, "state_id") is None:
+                    set_meta(conn, "state_id", uuid.uuid4().hex)
+            row = conn.execute("SELECT value FROM meta WHERE key='state_id'").fetchone()
+        ident = row[0]
+        if recorded and recorded != ident:
+            raise _damaged(path, f"it is not the state file recorded in {marker.name} ({ident} != {recorded})")
+        if not recorded:
+            _write_marker(marker, ident)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
     except sqlite3.DatabaseError as err:
-        if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
-            raise
-        raise _damaged(path, err) from err
+        raise state_error(err, path) from err
     return conn
+
+
+def _create(path: Path) -> None:
+    """Build a complete, empty state file aside and link it into place (atomic; the first one wins)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+        leftover.unlink(missing_ok=True)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(SCHEMA)
+        conn.execute("INSERT INTO meta(key, value) VALUES('state_id', ?)", (uuid.uuid4().hex,))
+        conn.close()  # checkpoints: everything is in the main file now
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another command created it first; use theirs
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _read_marker(marker: Path) -> str | None:
+    try:
+        return marker.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StateError(f"cannot read {marker} ({err})") from err
+
+
+def _write_marker(marker: Path, ident: str) -> None:
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(ident + "\n")
+    os.replace(tmp, marker)
 
 
 @contextmanager
@@ -115,8 +223,11 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
 
 def load_job(row: sqlite3.Row) -> dict[str, Any]:
     job = dict(row)
-    job["req"] = json.loads(job["req"])
-    job["alloc"] = json.loads(job["alloc"]) if job["alloc"] else None
+    try:
+        job["req"] = json.loads(job["req"])
+        job["alloc"] = json.loads(job["alloc"]) if job["alloc"] else None
+    except (TypeError, ValueError) as err:
+        raise _damaged(paths.db_path(), f"job {job.get('id')} has an unreadable record: {err}") from err
     return job
 
 

@@ -2,25 +2,46 @@
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 
-from ..db import StateError
+from ..db import StateError, state_error
 
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 
 
 def run(name: str, argv: list[str]) -> int:
     """Run one command; a damaged state file or an interrupt gives a clear message, never a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # names and paths may hold bytes that are not UTF-8: print them back as they came
+            stream.reconfigure(errors="surrogateescape")
+        except (AttributeError, ValueError):
+            pass
     module = importlib.import_module(f"{__name__}.{name}")
     try:
-        return module.main(argv)
+        code = module.main(argv)
+        _restart_controller_if_needed()
+        return code
     except StateError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as err:
+        print(f"{name}: error: {state_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _restart_controller_if_needed() -> None:
+    """Any command brings a killed controller back when jobs still need it (pending or running)."""
+    try:
+        from .. import controller
+
+        controller.ensure_running()
+    except (StateError, sqlite3.Error, OSError):
+        pass  # the command itself succeeded; the next one will try again
 
 
 def error(command: str, *lines: str) -> None:
