@@ -1,39 +1,81 @@
 """``hpcnb slurm ...``: status, stop, reset, recover and preempt for the local Slurm."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import sqlite3
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+import psutil
 
 from . import controller, db, paths, procs
 
 
-def stop() -> None:
+def stop(wait_s: float = 3.0) -> None:
+    """Stop the controller (SIGTERM, then SIGKILL if it does not go)."""
     pid = controller.running_pid()
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
+    if not pid:
+        return
+    for sig, patience in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 2.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        end = time.time() + patience
+        while time.time() < end:
             if not procs.alive(pid, None):
-                break
+                return
             time.sleep(0.02)
 
 
+def _state_files() -> list[Path]:
+    base = paths.db_path()
+    return [base, Path(f"{base}-wal"), Path(f"{base}-shm")]
+
+
+def _holders() -> list[psutil.Process]:
+    """Other processes of this user that have the state file open (controller, supervisors, commands)."""
+    wanted = {str(p) for p in _state_files()}
+    found = []
+    spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}  # never the caller's own chain
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.pid in spared or proc.info["uids"].real != os.getuid():
+                continue
+            if any(f.path in wanted for f in proc.open_files()):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _kill(procs_: list[psutil.Process]) -> None:
+    procs.send(procs_, signal.SIGKILL)
+    psutil.wait_procs(procs_, timeout=3)
+
+
 def reset(profile: str | None) -> None:
-    """Cancel every job, stop the controller and forget all state."""
-    conn = db.connect()
-    for job in db.jobs_where(conn, "state IN ('RUNNING','PENDING')"):
-        procs.send(procs.job_processes(job["id"], str(paths.state_dir())), signal.SIGKILL)
-        if job["supervisor_pid"] and procs.alive(job["supervisor_pid"], job["supervisor_ctime"]):
-            procs.send(procs.descendants(job["supervisor_pid"]), signal.SIGKILL)
-            os.kill(job["supervisor_pid"], signal.SIGKILL)
-    conn.close()
+    """Cancel every job, stop the controller and forget all state (works on a damaged state file too)."""
+    active: list[int] = []
+    try:
+        conn = db.connect()
+        active = [r[0] for r in conn.execute("SELECT id FROM jobs WHERE state IN ('RUNNING','PENDING')")]
+        conn.close()
+    except (db.StateError, sqlite3.Error):
+        pass  # damaged: forget it anyway
     stop()
+    _kill(_holders())  # supervisors and interactive owners: their jobs are being forgotten
+    for job_id in active:
+        procs.send(procs.job_processes(job_id, str(paths.state_dir())), signal.SIGKILL)
     state = paths.state_dir()
-    for name in ("slurm.db", "slurm.db-wal", "slurm.db-shm"):
-        (state / name).unlink(missing_ok=True)
+    for path in _state_files():
+        path.unlink(missing_ok=True)
+    db.marker_path(paths.db_path()).unlink(missing_ok=True)
     shutil.rmtree(state / "jobs", ignore_errors=True)
     shutil.rmtree(paths.node_tmp_root(), ignore_errors=True)
     if profile:
@@ -45,34 +87,216 @@ def reset(profile: str | None) -> None:
             db.set_meta(conn, "profile", profile)
 
 
-def recover() -> str:
-    """Move a damaged state file aside and salvage every readable job into a fresh one."""
-    stop()
-    state = paths.state_dir()
-    broken = state / f"slurm.db.damaged-{int(time.time())}"
-    shutil.move(str(state / "slurm.db"), broken)
-    for name in ("slurm.db-wal", "slurm.db-shm"):
-        (state / name).unlink(missing_ok=True)
-    fresh = db.connect()
-    saved = 0
+# --------------------------------------------------------------------------------- recover
+
+def health() -> str | None:
+    """None if the state file reads back completely; else what is wrong with it."""
     try:
-        old = sqlite3.connect(broken)
-        rows = old.execute("SELECT * FROM jobs").fetchall()
-        cols = [d[0] for d in old.execute("SELECT * FROM jobs LIMIT 0").description]
-        with db.transaction(fresh):
-            for row in rows:
-                fresh.execute(f"INSERT OR IGNORE INTO jobs({','.join(cols)}) VALUES({','.join('?' * len(cols))})", row)
-                saved += 1
-            for key, value in old.execute("SELECT key, value FROM meta"):
-                db.set_meta(fresh, key, value)
-    except sqlite3.DatabaseError:
+        conn = db.connect()
+        try:
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                lines = [p for text in problems for p in text.splitlines() if not p.startswith("***")]
+                more = f" (and {len(lines) - 2} more problems)" if len(lines) > 2 else ""
+                return "; ".join(lines[:2]) + more
+            for row in conn.execute("SELECT * FROM jobs"):
+                db.load_job(row)
+            conn.execute("SELECT * FROM steps").fetchall()
+            conn.execute("SELECT * FROM meta").fetchall()
+        finally:
+            conn.close()
+    except db.StateError as err:
+        return str(err)
+    except sqlite3.Error as err:
+        return str(db.state_error(err))
+    return None
+
+
+def _script_ids() -> set[int]:
+    """Ids of every job whose script is stored: jobs that existed, whatever the state file says."""
+    folder = paths.state_dir() / "jobs"
+    try:
+        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
+    except OSError:
+        return set()
+
+
+def _salvage_table(conn: sqlite3.Connection, table: str, key: str, top: int) -> tuple[list[str], list[tuple]]:
+    """Every row of ``table`` that can still be read: all at once, else in id ranges, else one by one."""
+    try:
+        cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+    except sqlite3.Error:
+        return [], []
+    if not cols:
+        return [], []
+    try:
+        return cols, conn.execute(f"SELECT * FROM {table}").fetchall()
+    except sqlite3.Error:
         pass
+    rows: list[tuple] = []
+    chunk = 256
+    for low in range(0, top + 1, chunk):
+        try:
+            rows += conn.execute(f"SELECT * FROM {table} WHERE {key} BETWEEN ? AND ?", (low, low + chunk - 1)).fetchall()
+            continue
+        except sqlite3.Error:
+            pass
+        for ident in range(low, low + chunk):
+            try:
+                rows += conn.execute(f"SELECT * FROM {table} WHERE {key}=?", (ident,)).fetchall()
+            except sqlite3.Error:
+                pass
+    return cols, rows
+
+
+def _salvage(kept: Path, script_ids: set[int]) -> dict:
+    """Read what can be read from a scratch copy of the damaged file (the kept file is never opened)."""
+    found: dict = {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
+    with tempfile.TemporaryDirectory(prefix="hpcnb-recover-") as scratch:
+        copy = Path(scratch) / "copy.db"
+        shutil.copyfile(kept, copy)
+        if Path(f"{kept}-wal").exists():
+            shutil.copyfile(f"{kept}-wal", f"{copy}-wal")
+        try:
+            old = sqlite3.connect(copy)
+        except sqlite3.Error:
+            return found
+        try:
+            try:
+                found["meta"] = dict(old.execute("SELECT key, value FROM meta").fetchall())
+            except sqlite3.Error:
+                for key in ("profile", "next_job_id"):
+                    try:
+                        row = old.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                        if row:
+                            found["meta"][key] = row[0]
+                    except sqlite3.Error:
+                        pass
+            try:
+                top = int(found["meta"].get("next_job_id", 0))
+            except ValueError:
+                top = 0
+            top = max([top, 1000, *script_ids])
+            found["job_cols"], found["jobs"] = _salvage_table(old, "jobs", "id", top)
+            found["step_cols"], found["steps"] = _salvage_table(old, "steps", "job_id", top)
+        finally:
+            old.close()
+    return found
+
+
+def _ranges(ids: list[int]) -> str:
+    from .commands.common import int_ranges
+
+    return int_ranges(ids) if ids else "none"
+
+
+def recover() -> str:
+    """Keep a damaged state file aside, untouched, and rebuild a fresh one from everything readable.
+
+    Never silent: the report says what was kept, salvaged and lost. Jobs that were running are
+    stopped (their processes cannot report to a damaged file) and end NODE_FAIL; pending jobs whose
+    script is stored stay pending and run; ids are never reused.
+    """
+    problem = health()
+    if problem is None:
+        return "the local Slurm's state file is healthy: nothing to recover"
+    stop()
+    stopped = _holders()
+    _kill(stopped)  # nothing may keep the damaged file open while it is moved aside
+    state = paths.state_dir()
+    base = paths.db_path()
+    kept = state / f"slurm.db.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+    while kept.exists():
+        kept = kept.with_name(kept.name + "+")
+    lines = [f"the state file was damaged: {problem}"]
+    if base.exists():
+        os.replace(base, kept)
+        if Path(f"{base}-wal").exists():
+            os.replace(f"{base}-wal", f"{kept}-wal")
+        lines.append(f"kept the damaged file, unchanged, as {kept}"
+                     + (f" (with its journal {kept}-wal)" if Path(f"{kept}-wal").exists() else ""))
+    else:
+        lines.append("the state file itself was missing")
+    Path(f"{base}-shm").unlink(missing_ok=True)
+    db.marker_path(base).unlink(missing_ok=True)
+
+    scripts = _script_ids()
+    found = _salvage(kept, scripts) if kept.exists() else {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
+    fresh = db.connect()
+    new_cols = {r[1] for r in fresh.execute("PRAGMA table_info(jobs)")}
+    new_step_cols = {r[1] for r in fresh.execute("PRAGMA table_info(steps)")}
+    saved: dict[int, dict] = {}
+    for row in found["jobs"]:
+        record = dict(zip(found["job_cols"], row))
+        try:
+            json.loads(record["req"])
+            json.loads(record["alloc"]) if record.get("alloc") else None
+            int(record["id"])
+        except (TypeError, ValueError, KeyError):
+            continue  # an unreadable record is a lost one
+        saved[int(record["id"])] = {k: v for k, v in record.items() if k in new_cols}
+    steps = [dict(zip(found["step_cols"], row)) for row in found["steps"]]
+    steps = [{k: v for k, v in s.items() if k in new_step_cols} for s in steps if s.get("job_id") in saved]
+
+    now = time.time()
+    ended, requeued_none, failed_pending = [], [], []
+    for job in saved.values():
+        if job["state"] in ("RUNNING", "COMPLETING", "SUSPENDED"):
+            procs.send(procs.job_processes(job["id"], str(state)), signal.SIGKILL)
+            job.update(state="NODE_FAIL" if job["kind"] == "batch" else "CANCELLED", end_time=now, control=None,
+                       reason="NodeDown" if job["kind"] == "batch" else "None")
+            ended.append(job["id"])
+        elif job["state"] == "PENDING":
+            if job["kind"] != "batch":
+                job.update(state="CANCELLED", end_time=now)  # its salloc/srun was stopped above
+                ended.append(job["id"])
+            elif job["id"] not in scripts:
+                job.update(state="FAILED", reason="JobLaunchFailure", end_time=now)
+                failed_pending.append(job["id"])
+    for step in steps:
+        if step.get("state") == "RUNNING":
+            step.update(state="NODE_FAIL", end_time=now)
+
+    meta = {k: v for k, v in found["meta"].items() if k not in ("state_id",)}
+    try:
+        old_next = int(meta.get("next_job_id", 1))
+    except ValueError:
+        old_next = 1
+    next_id = max([old_next, *(i + 1 for i in saved), *(i + 1 for i in scripts), 1])
+    meta["next_job_id"] = str(next_id)
     with db.transaction(fresh):
-        top = fresh.execute("SELECT MAX(id) FROM jobs").fetchone()[0] or 0
-        current = int(db.get_meta(fresh, "next_job_id", "1") or 1)
-        db.set_meta(fresh, "next_job_id", str(max(current, top + 1, int(time.time()) % 100000 + 1 if not saved else 0)))
-        fresh.execute("UPDATE jobs SET state='NODE_FAIL', end_time=? WHERE state IN ('RUNNING','PENDING')", (time.time(),))
-    return f"kept the damaged file as {broken}; salvaged {saved} job records"
+        for key, value in meta.items():
+            if isinstance(value, str):
+                db.set_meta(fresh, key, value)
+        for job in saved.values():
+            cols = list(job)
+            fresh.execute(f"INSERT OR REPLACE INTO jobs({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
+                          [job[c] for c in cols])
+        for step in steps:
+            cols = list(step)
+            fresh.execute(f"INSERT OR REPLACE INTO steps({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
+                          [step[c] for c in cols])
+    fresh.close()
+
+    known = set(saved) | scripts
+    lost = sorted(scripts - set(saved))
+    lines.append(f"salvaged {len(saved)} job record(s) and {len(steps)} step record(s)"
+                 + (f" of the {len(known)} job(s) known" if known else ""))
+    if lost:
+        lines.append(f"LOST the records of job(s) {_ranges(lost)}: their scripts are still in {state / 'jobs'}")
+    if ended:
+        lines.append(f"job(s) {_ranges(sorted(ended))} were running and could not report to the damaged file: "
+                     "stopped, now NODE_FAIL (batch) or CANCELLED (interactive)")
+    if failed_pending:
+        lines.append(f"pending job(s) {_ranges(failed_pending)} have no stored script: marked FAILED")
+    if stopped:
+        lines.append(f"stopped {len(stopped)} process(es) that had the damaged file open")
+    lines.append(f"the next job id is {next_id}; pending jobs will run as before")
+    message = "\n".join(lines)
+    controller.log("recover: " + message.replace("\n", "; "))
+    if any(j["state"] == "PENDING" for j in saved.values()):
+        controller.ensure_running()
+    return message
 
 
 def preempt(job_id: int) -> int:
@@ -89,6 +313,17 @@ def preempt(job_id: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except db.StateError as err:
+        print(f"hpcnb slurm: error: {err}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as err:
+        print(f"hpcnb slurm: error: {db.state_error(err)}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     verb = argv[0] if argv else "status"
     if verb == "status":
         pid = controller.running_pid()
