@@ -43,8 +43,13 @@ def log_path() -> Path:
 
 def job_dir(job_id: int) -> Path:
     """Private per-job folder holding the stored batch script."""
-    path = state_dir() / "jobs" / str(job_id)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root = state_dir() / "jobs"
+    if not root.is_dir():
+        root.mkdir(mode=0o700, exist_ok=True)
+    elif root.stat().st_mode & 0o077:
+        root.chmod(0o700)  # made by an older version with the umask's mode
+    path = root / str(job_id)
+    path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 
