@@ -2,18 +2,28 @@
 
 It schedules pending jobs, forks a supervisor per batch job, notices dead supervisors and
 owners (NODE_FAIL / released allocations), and exits after a quiet spell. Commands wake it
-with a datagram on its socket; if it is not running they start it.
+with a datagram on its socket; if it is not running they start it (any command does, while
+jobs are pending or running), so a killed controller loses nothing: its state is all in the DB.
+
+A batch job's launch is safe against the controller dying at any moment: the scheduler marks it
+RUNNING without a supervisor; the forked supervisor claims it (only if still unclaimed) and
+records ``batch_pid=-1`` before the script can start. A RUNNING job that nobody claimed for
+``LAUNCH_GRACE_S`` never ran and goes back to PENDING; one whose supervisor died ends NODE_FAIL
+(its leftover processes killed), or goes back to PENDING if its script had not been started.
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import select
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 
 from . import db, paths, procs, scheduler
 from .cluster import load_cluster
@@ -21,42 +31,88 @@ from .cluster import load_cluster
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
 IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
 CHECK_EVERY_S = 1.0
+LAUNCH_GRACE_S = 10.0  # how long a scheduled job may wait for its supervisor to claim it
+LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
+NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
 
 
-def poke(start: bool = True) -> None:
-    """Wake the controller; start it if it is not running (and ``start``)."""
+def poke(start: bool = True) -> bool:
+    """Wake the controller; start it if it is not running (and ``start``). True if one was reached."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sock.sendto(b"w", str(paths.socket_path()))
-        return
+        return True
     except (FileNotFoundError, ConnectionRefusedError):
         pass
     except BlockingIOError:
-        return  # its queue is full of wake-ups already
+        return True  # its queue is full of wake-ups already
     finally:
         sock.close()
     if start:
         start_controller()
+    return False
+
+
+def is_running() -> bool:
+    """Does a controller hold the lock? (Free after a crash or kill: flock dies with its process.)"""
+    try:
+        fd = os.open(paths.lock_path(), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def ensure_running() -> None:
+    """Start the controller if it is not running and some job still needs it (pending or running)."""
+    if is_running():
+        return
+    conn = db.connect()
+    try:
+        busy = conn.execute("SELECT 1 FROM jobs WHERE state IN ('PENDING','RUNNING') LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    if busy:
+        start_controller()
 
 
 def start_controller() -> None:
-    log = open(paths.log_path(), "a")
-    subprocess.Popen(
-        [sys.executable, "-m", "hpcnb.localslurm.controller"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-        env={**os.environ, "HPCNB_STATE_DIR": str(paths.state_dir())},
-    )
-    log.close()
+    fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "hpcnb.localslurm.controller"],
+            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
+            env={**os.environ, "HPCNB_STATE_DIR": str(paths.state_dir())},
+        )
+    finally:
+        os.close(fd)
 
 
 def running_pid() -> int | None:
     """The controller's pid, if one runs."""
+    if not is_running():
+        return None
     try:
         with open(paths.lock_path()) as fh:
             pid = int(fh.read().strip() or 0)
     except (OSError, ValueError):
         return None
     return pid if procs.alive(pid, None) else None
+
+
+def log(text: str) -> None:
+    """One line in the controller's log (private, 0600)."""
+    try:
+        fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n")
+    except OSError:
+        pass
 
 
 class Controller:
@@ -66,42 +122,84 @@ class Controller:
         if profile is None:
             profile = os.environ.get("HPCNB_PROFILE", "local")
             with db.transaction(self.conn):
-                db.set_meta(self.conn, "profile", profile)
+                if db.get_meta(self.conn, "profile") is None:
+                    db.set_meta(self.conn, "profile", profile)
+            profile = db.get_meta(self.conn, "profile") or profile
         self.cluster = load_cluster(profile)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock = self._bind()
+        self.last_busy = time.time()
+        self.started_at = time.time()
+        self.errors: dict[str, int] = {}
+
+    @staticmethod
+    def _bind() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         path = str(paths.socket_path())
         if os.path.exists(path):
             os.unlink(path)
         old = os.umask(0o077)
-        self.sock.bind(path)
-        os.umask(old)
-        self.sock.setblocking(False)
-        self.last_busy = time.time()
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        sock.setblocking(False)
+        return sock
+
+    def _may_exit(self) -> bool:
+        """Idle: stop listening, then look once more. A job queued after this look finds no socket,
+        so its command starts a new controller (which waits for our lock); one queued before is seen."""
+        try:
+            os.unlink(paths.socket_path())
+        except FileNotFoundError:
+            pass
+        if self.conn.execute("SELECT 1 FROM jobs WHERE state IN ('PENDING','RUNNING') LIMIT 1").fetchone():
+            self.sock.close()
+            self.sock = self._bind()
+            self.last_busy = time.time()
+            return False
+        return True
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGCHLD, lambda *_: None)
         next_check = 0.0
         while True:
-            self._reap()
-            started = self._schedule()
-            for job in started:
-                if job["kind"] == "batch":
-                    self._launch(job["id"])
-            now = time.time()
-            if now >= next_check:
-                next_check = now + CHECK_EVERY_S
-                busy = self._check_liveness()
-                if busy:
-                    self.last_busy = now
-                elif now - self.last_busy > IDLE_EXIT_S:
-                    return
+            try:
+                self._reap()
+                self._launch_all(self._schedule())
+                now = time.time()
+                if now >= next_check:
+                    next_check = now + CHECK_EVERY_S
+                    busy = self._check_liveness()
+                    if busy:
+                        self.last_busy = now
+                    elif now - self.last_busy > IDLE_EXIT_S and self._may_exit():
+                        return
+            except (db.StateError, sqlite3.DatabaseError) as err:
+                if isinstance(err, db.StateError) or db.is_damage(err):
+                    log(f"controller: stopping, the state file is damaged: {err}")
+                    raise SystemExit(1) from None
+                self._trouble(err)
+            except Exception as err:  # noqa: BLE001 - keep scheduling; the log tells what went wrong
+                self._trouble(err)
             try:
                 ready, _, _ = select.select([self.sock], [], [], max(0.0, next_check - time.time()))
             except InterruptedError:
                 ready = []
             if ready:
                 self._drain()
+
+    def _trouble(self, err: BaseException) -> None:
+        """Log an unexpected error (the first few times) and back off a little; never die of it."""
+        key = f"{type(err).__name__}: {err}"
+        self.errors[key] = self.errors.get(key, 0) + 1
+        if self.errors[key] <= 3:
+            log("controller: " + "".join(traceback.format_exception(err)).rstrip())
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        time.sleep(0.2)
 
     def _drain(self) -> None:
         while True:
@@ -123,59 +221,130 @@ class Controller:
         with db.transaction(self.conn):
             return scheduler.schedule(self.conn, self.cluster)
 
+    def _launch_all(self, started: list[dict]) -> None:
+        batch = [job["id"] for job in started if job["kind"] == "batch"]
+        if not batch:
+            return
+        # No SQLite connection may cross a fork: close ours, fork the supervisors, reopen.
+        self.conn.close()
+        try:
+            for job_id in batch:
+                try:
+                    self._launch(job_id)
+                except OSError as err:  # e.g. EAGAIN: the job stays unclaimed and is requeued after the grace
+                    log(f"controller: could not start the supervisor of job {job_id}: {err}")
+        finally:
+            self.conn = db.connect()
+
     def _launch(self, job_id: int) -> None:
         pid = os.fork()
         if pid == 0:
-            self.sock.close()
-            if _LOCK_FD is not None:
-                os.close(_LOCK_FD)
-            from .supervisor import run_batch
+            try:
+                self.sock.close()
+                if _LOCK_FD is not None:
+                    os.close(_LOCK_FD)
+                from .supervisor import run_batch
 
-            run_batch(job_id)
+                run_batch(job_id)
+            finally:
+                os._exit(1)
 
     def _check_liveness(self) -> bool:
-        """Fail jobs whose supervisor died (NODE_FAIL); release allocations whose owner died."""
-        active = db.jobs_where(self.conn, "state IN ('RUNNING','PENDING')")
+        """Fail jobs whose supervisor died (NODE_FAIL); requeue launches that never happened;
+        release allocations whose owner died. Returns whether any job is pending or running."""
+        rows = self.conn.execute(
+            "SELECT id, kind, state, start_time, supervisor_pid, supervisor_ctime, batch_pid FROM jobs "
+            "WHERE state='RUNNING' OR (state='PENDING' AND kind!='batch')"
+        ).fetchall()
+        busy = bool(rows) or bool(self.conn.execute("SELECT 1 FROM jobs WHERE state='PENDING' LIMIT 1").fetchone())
         now = time.time()
-        for job in active:
-            if job["state"] == "PENDING" and job["kind"] == "batch":
-                continue
+        for job in map(dict, rows):
             if procs.alive(job["supervisor_pid"], job["supervisor_ctime"]):
                 continue
             if job["state"] == "RUNNING" and job["kind"] == "batch" and not job["supervisor_pid"]:
-                if now - (job["start_time"] or now) < 10:
-                    continue
+                # scheduled, but no supervisor claimed it (yet): a controller died between the two?
+                since = max(job["start_time"] or now, self.started_at if job["start_time"] else now)
+                if now - since >= LAUNCH_GRACE_S:
+                    self._requeue_unlaunched(job, now)
+                continue
             self._fail(job, now)
-        return bool(active)
+        return busy
+
+    def _requeue_unlaunched(self, job: dict, now: float) -> None:
+        with db.transaction(self.conn):
+            done = self.conn.execute(
+                "UPDATE jobs SET state='PENDING', reason='None', start_time=NULL, alloc=NULL, nodelist=NULL, "
+                "control=NULL WHERE id=? AND state='RUNNING' AND supervisor_pid IS NULL", (job["id"],),
+            ).rowcount
+        if done:
+            log(f"controller: job {job['id']} was scheduled but never launched; back to PENDING")
 
     def _fail(self, job: dict, now: float) -> None:
         leftovers = procs.job_processes(job["id"], str(paths.state_dir()))
         procs.send(leftovers, signal.SIGKILL)
+        if job["kind"] == "batch" and job["batch_pid"] is None:
+            # the supervisor died before it claimed the launch: nothing of the job ran
+            with db.transaction(self.conn):
+                self.conn.execute(
+                    "UPDATE jobs SET state='PENDING', reason='None', start_time=NULL, alloc=NULL, nodelist=NULL, "
+                    "supervisor_pid=NULL, supervisor_ctime=NULL, control=NULL WHERE id=? AND state='RUNNING' "
+                    "AND supervisor_pid IS ? AND batch_pid IS NULL",
+                    (job["id"], job["supervisor_pid"]),
+                )
+                self.conn.execute("DELETE FROM steps WHERE job_id=?", (job["id"],))
+            return
         state = "NODE_FAIL" if job["kind"] == "batch" else "CANCELLED"
         with db.transaction(self.conn):
-            self.conn.execute(
-                "UPDATE jobs SET state=?, reason=?, end_time=?, control=NULL WHERE id=? AND state=?",
-                (state, "NodeDown" if state == "NODE_FAIL" else "None", now, job["id"], job["state"]),
-            )
-            self.conn.execute(
-                "UPDATE steps SET state=?, end_time=? WHERE job_id=? AND state='RUNNING'", (state, now, job["id"])
-            )
+            done = self.conn.execute(
+                "UPDATE jobs SET state=?, reason=?, end_time=?, control=NULL WHERE id=? AND state=? "
+                "AND supervisor_pid IS ?",
+                (state, "NodeDown" if state == "NODE_FAIL" else "None", now, job["id"], job["state"],
+                 job["supervisor_pid"]),
+            ).rowcount
+            if done:
+                self.conn.execute(
+                    "UPDATE steps SET state=?, end_time=? WHERE job_id=? AND state='RUNNING'", (state, now, job["id"])
+                )
+        if done and state == "NODE_FAIL":
+            log(f"controller: job {job['id']}: its supervisor (pid {job['supervisor_pid']}) died; NODE_FAIL"
+                + (f", killed {len(leftovers)} leftover process(es)" if leftovers else ""))
+
+
+def _own_limits() -> None:
+    """Run with the machine's limits, not those of the shell that happened to start us (a job's
+    `ulimit -f`, say, must not stop the controller writing its state)."""
+    for res in (resource.RLIMIT_FSIZE, resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        try:
+            soft, hard = resource.getrlimit(res)
+            if soft != hard:
+                resource.setrlimit(res, (hard, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def main() -> int:
     global _LOCK_FD
-    lock = open(paths.lock_path(), "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another controller runs
-    lock.seek(0)
-    lock.truncate()
-    lock.write(str(os.getpid()))
-    lock.flush()
-    _LOCK_FD = lock.fileno()
+    _own_limits()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file is an error to report, not a crash
+    fd = os.open(paths.lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+    give_up = time.time() + LOCK_WAIT_S  # a controller that is just leaving releases it in moments
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.time() >= give_up:
+                os.close(fd)
+                return 0  # another controller runs
+            time.sleep(0.05)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _LOCK_FD = fd
     try:
         Controller().run()
+    except db.StateError as err:
+        log(f"controller: cannot start: {err}")
+        return 1
     finally:
         try:
             os.unlink(paths.socket_path())
