@@ -27,16 +27,26 @@ def spawn(
     new_session: bool,
     pid_var: str | None = None,
     error_prefix: str = "slurmstepd",
+    rlimits: dict[str, int] | None = None,
 ) -> int:
-    """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid."""
+    """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid.
+
+    ``rlimits`` (name -> soft limit, e.g. ``{"FSIZE": 1048576}``) are the submitting shell's
+    limits, applied as Slurm's PropagateResourceLimits=ALL does (never above the hard limit here).
+    """
     pid = os.fork()
     if pid:
         return pid
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE, signal.SIGUSR1,
-                    signal.SIGUSR2, signal.SIGCHLD, signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN):
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in signal.valid_signals():  # nothing ignored or caught is inherited (SIGPIPE, SIGXFSZ...)
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+        if rlimits:
+            apply_rlimits(rlimits)
         if new_session:
             os.setsid()
         for target, fd in enumerate(fds):
@@ -54,6 +64,38 @@ def spawn(
         finally:
             os._exit(127 if isinstance(err, FileNotFoundError) else 126)
     raise AssertionError("unreachable")
+
+
+#: The limits Slurm propagates by default (PropagateResourceLimits=ALL).
+PROPAGATED_RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
+
+
+def current_rlimits() -> dict[str, int]:
+    """This process's soft limits, by Slurm's names (what sbatch records for the job)."""
+    import resource
+
+    found = {}
+    for name in PROPAGATED_RLIMITS:
+        res = getattr(resource, f"RLIMIT_{name}", None)
+        if res is not None:
+            found[name] = resource.getrlimit(res)[0]
+    return found
+
+
+def apply_rlimits(limits: dict[str, int]) -> None:
+    import resource
+
+    for name, soft in limits.items():
+        res = getattr(resource, f"RLIMIT_{name}", None) if name in PROPAGATED_RLIMITS else None
+        if res is None or not isinstance(soft, int):
+            continue
+        try:
+            _, hard = resource.getrlimit(res)
+            if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+                soft = hard
+            resource.setrlimit(res, (soft, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def descendants(pid: int | None = None) -> list[psutil.Process]:
