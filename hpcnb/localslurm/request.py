@@ -77,6 +77,8 @@ class JobRequest:
     submit_dir: str = ""
     workdir: str = ""
     submit_host: str = ""
+    rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
+    umask: int | None = None  # the submitting shell's umask
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -5,11 +5,13 @@ import json
 import os
 import pwd
 import re
+import shutil
 import sqlite3
 
 from . import db, envvars, paths, scheduler
 from .alloc import never_fits
 from .cluster import Cluster
+from .procs import current_rlimits
 from .names import resolver_env
 from .request import JobRequest, SubmitError, UsageError
 
@@ -88,35 +90,52 @@ def queue_jobs(
     conn: sqlite3.Connection, req: JobRequest, cluster: Cluster, kind: str, script: bytes | None,
     name: str, owner_pid: int | None = None,
 ) -> list[int]:
-    """Validate and insert the job (or array tasks) in one transaction; returns the job ids."""
+    """Validate and insert the job (or array tasks) in one transaction; returns the job ids.
+
+    All or nothing: a refusal or a failure leaves no job, no used id and no stored script behind.
+    """
     user = _user_name()
-    with db.transaction(conn):
-        partition = finalize(req, cluster, conn)
-        ids, throttle = parse_array(req.array) if req.array else ([None], None)
-        count = len(ids)
-        base = db.next_job_ids(conn, count)
-        data = req.to_json()
-        data["array_ids"] = ids if req.array else None
-        time_limit = req.time_limit if req.time_given else cluster.partitions[partition].max_time
-        now = db.now()
-        job_ids = []
-        for index, task in enumerate(ids):
-            # Slurm gives the array's last task the array's own id, the others new ids in order
-            job_id = base if (task is None or index == count - 1) else base + 1 + index
-            conn.execute(
-                "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
-                "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
-                "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', 'None', ?,?,?,?,?,?,?)",
-                (
-                    job_id, base if task is not None else None, task, throttle, name, user, os.getuid(),
-                    req.account, partition, kind, now, now, time_limit, 1 if req.hold else 0,
-                    json.dumps(data), owner_pid, _ctime(owner_pid),
-                ),
-            )
-            job_ids.append(job_id)
-            if script is not None:
-                _store_script(job_id, script)  # inside the transaction: the controller can't start it first
+    stored: list[int] = []
+    try:
+        with db.transaction(conn):
+            partition = finalize(req, cluster, conn)
+            ids, throttle = parse_array(req.array) if req.array else ([None], None)
+            count = len(ids)
+            base = db.next_job_ids(conn, count)
+            data = req.to_json()
+            data["array_ids"] = ids if req.array else None
+            time_limit = req.time_limit if req.time_given else cluster.partitions[partition].max_time
+            now = db.now()
+            job_ids = []
+            for index, task in enumerate(ids):
+                # Slurm gives the array's last task the array's own id, the others new ids in order
+                job_id = base if (task is None or index == count - 1) else base + 1 + index
+                conn.execute(
+                    "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
+                    "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
+                    "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', 'None', ?,?,?,?,?,?,?)",
+                    (
+                        job_id, base if task is not None else None, task, throttle, db_text(name), user,
+                        os.getuid(), db_text(req.account), partition, kind, now, now, time_limit,
+                        1 if req.hold else 0, json.dumps(data), owner_pid, _ctime(owner_pid),
+                    ),
+                )
+                job_ids.append(job_id)
+                if script is not None:
+                    stored.append(job_id)
+                    _store_script(job_id, script)  # inside the transaction: the controller can't start it first
+    except BaseException:
+        for job_id in stored:
+            shutil.rmtree(paths.state_dir() / "jobs" / str(job_id), ignore_errors=True)
+        raise
     return sorted(job_ids)
+
+
+def db_text(text: str | None) -> str | None:
+    """A name for a TEXT column: bytes that are not UTF-8 (kept exactly in the request) shown as U+FFFD."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _store_script(job_id: int, script: bytes) -> None:
@@ -146,3 +165,7 @@ def base_request_fields(req: JobRequest, environ: dict[str, str], cluster: Clust
     req.submit_dir = os.getcwd()
     req.workdir = os.path.abspath(req.chdir) if req.chdir else os.getcwd()
     req.submit_host = envvars.submit_host()
+    req.rlimits = current_rlimits()  # applied to the job as Slurm's PropagateResourceLimits=ALL does
+    mask = os.umask(0)
+    os.umask(mask)
+    req.umask = mask
