@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ class Outcome:
     step_state: str | None = None
     step_code: int = 0
     step_signal: int = 0
+    reason: str | None = None  # the job's Reason, when not the state's usual one
 
 
 def expand_pattern(pattern: str, job: dict[str, Any], node: str) -> str:
@@ -64,18 +66,48 @@ class Supervisor:
         self.mains: dict[int, int | None] = {}  # pid -> wait status, for the processes the job waits for
         self.err_fd: int | None = None
         self.node = job["alloc"][0]["node"]
+        self.max_rss = 0
+        self.db_inode = _inode(paths.db_path())
+
+    def _fresh(self) -> None:
+        """Reconnect if the state file was replaced (``hpcnb slurm recover``) while the job ran."""
+        inode = _inode(paths.db_path())
+        if inode is not None and inode != self.db_inode:
+            try:
+                self.conn.close()
+            except sqlite3.Error:
+                pass
+            self.conn = db.connect()
+            self.db_inode = inode
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def register(self) -> None:
+    def register(self) -> bool:
+        """Claim the job. A batch job is claimed only while RUNNING and unclaimed, so a job the
+        controller gave up on (and requeued) is never run twice; ``batch_pid=-1`` then says that the
+        script may be starting (a supervisor that dies after this means NODE_FAIL, not a requeue)."""
         me = os.getpid()
         with db.transaction(self.conn):
-            self.conn.execute(
-                "UPDATE jobs SET supervisor_pid=?, supervisor_ctime=? WHERE id=?",
-                (me, procs.create_time(me), self.job["id"]),
-            )
-        for part in self.job["alloc"]:
-            if self.cluster.slurm_tmpdir:
-                envvars.node_tmpdir(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.job["kind"] == "batch":
+                claimed = self.conn.execute(
+                    "UPDATE jobs SET supervisor_pid=?, supervisor_ctime=?, batch_pid=-1 WHERE id=? "
+                    "AND state='RUNNING' AND supervisor_pid IS NULL AND start_time IS ?",
+                    (me, procs.create_time(me), self.job["id"], self.job["start_time"]),
+                ).rowcount
+                if not claimed:
+                    return False
+            else:
+                self.conn.execute(
+                    "UPDATE jobs SET supervisor_pid=?, supervisor_ctime=? WHERE id=?",
+                    (me, procs.create_time(me), self.job["id"]),
+                )
+        if self.cluster.slurm_tmpdir:
+            old = os.umask(0o077)  # the node folders too, not only the job's own: private
+            try:
+                for part in self.job["alloc"]:
+                    envvars.node_tmpdir(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+            finally:
+                os.umask(old)
+        return True
 
     def watch(self) -> Outcome:
         """Wait for the main process, enforcing time, memory, signals and control requests."""
@@ -126,6 +158,7 @@ class Supervisor:
     def finish(self, outcome: Outcome) -> None:
         """Record the final state in one transaction, clean node-local scratch, wake the controller."""
         job, now = self.job, time.time()
+        self._fresh()
         with db.transaction(self.conn):
             self.conn.execute(
                 "UPDATE steps SET state='CANCELLED', end_time=?, exit_signal=15 WHERE job_id=? AND state='RUNNING' "
@@ -156,9 +189,10 @@ class Supervisor:
                 )
         for part in job["alloc"]:
             shutil.rmtree(envvars.node_tmpdir(job["id"], part["node"]), ignore_errors=True)
-        from .controller import poke
+        from .controller import ensure_running, poke
 
-        poke(start=False)
+        if not poke(start=False):
+            ensure_running()  # the controller was killed: pending jobs must not wait for the next command
 
     # -- helpers -------------------------------------------------------------------------------
     def _reap(self) -> None:
@@ -218,6 +252,7 @@ class Supervisor:
         procs.send(targets, signum)
 
     def _control(self) -> Outcome | None:
+        self._fresh()
         row = self.conn.execute("SELECT control FROM jobs WHERE id=?", (self.job["id"],)).fetchone()
         action = row["control"] if row else None
         if action == "cancel":
@@ -244,6 +279,8 @@ def outcome_of(statuses: list[int | None]) -> Outcome:
 
 
 def _reason(outcome: Outcome) -> str:
+    if outcome.reason:
+        return outcome.reason
     return {
         "COMPLETED": "None", "FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "CANCELLED": "None",
         "OUT_OF_MEMORY": "OutOfMemory", "PREEMPTED": "Preempted",
@@ -253,43 +290,111 @@ def _reason(outcome: Outcome) -> str:
 def run_batch(job_id: int) -> None:
     """Entry point of a forked batch supervisor (never returns)."""
     code = 1
+    sup: Supervisor | None = None
     try:
         os.setsid()
         procs.become_subreaper()
         signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
         sup = Supervisor(job_id)
-        sup.register()
+        if not sup.register():
+            os._exit(0)  # requeued or taken over meanwhile: another launch runs it, never two
         outcome = _launch_batch(sup)
         sup.finish(outcome)
         code = 0
-    except BaseException:  # noqa: BLE001
+    except BaseException as err:  # noqa: BLE001 - never leave the job's processes behind
         import traceback
 
-        traceback.print_exc()
+        _log(f"[{job_id}.batch] error: the supervisor failed: "
+             + "".join(traceback.format_exception(err)).rstrip())
+        _crashed(sup, job_id)
     finally:
         os._exit(code)
+
+
+def _crashed(sup: Supervisor | None, job_id: int) -> None:
+    """The supervisor itself failed: kill what the job started and record NODE_FAIL, as slurmctld
+    does when a node's slurmstepd dies."""
+    for _ in range(20):
+        tree = procs.descendants()
+        if not tree:
+            break
+        procs.send(tree, signal.SIGKILL)
+        time.sleep(0.02)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+    if sup is None:
+        return
+    try:
+        sup._fresh()
+        now = time.time()
+        with db.transaction(sup.conn):
+            sup.conn.execute(
+                "UPDATE jobs SET state='NODE_FAIL', reason='NodeDown', end_time=?, control=NULL "
+                "WHERE id=? AND state='RUNNING' AND supervisor_pid=?", (now, job_id, os.getpid()),
+            )
+            sup.conn.execute("UPDATE steps SET state='NODE_FAIL', end_time=? WHERE job_id=? AND state='RUNNING'",
+                             (now, job_id))
+    except Exception:  # noqa: BLE001 - the controller's liveness check records it instead
+        pass
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _launch_failed(sup: Supervisor, message: str) -> Outcome:
+    """Slurm's answer when slurmstepd cannot set up the job (its I/O, say): FAILED, ExitCode 0:53,
+    Reason JobLaunchFailure, the batch step CANCELLED; the error goes to the log."""
+    job = sup.job
+    _log(f"[{job['id']}.batch] error: {message}")
+    with db.transaction(sup.conn):
+        sup.conn.execute(
+            "INSERT OR REPLACE INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist) "
+            "VALUES(?, 'batch', 'batch', 'RUNNING', ?, 1, ?, ?)",
+            (job["id"], time.time(), job["alloc"][0]["cpus"], sup.node),
+        )
+    return Outcome("FAILED", 0, 53, "CANCELLED", 0, 53, reason="JobLaunchFailure")
 
 
 def _launch_batch(sup: Supervisor) -> Outcome:
     job = sup.job
     req = job["req"]
     workdir = req["workdir"]
+    if req.get("umask") is not None:
+        os.umask(req["umask"])  # the submitter's, as Slurm propagates it (SLURM_UMASK)
     out_pattern = req["output"] or default_output(job)
     out_path = os.path.join(workdir, expand_pattern(out_pattern, job, sup.node))
     err_path = os.path.join(workdir, expand_pattern(req["error"], job, sup.node)) if req["error"] else out_path
+    state = str(paths.state_dir())
+    for kind, path in (("stdout", out_path), ("stderr", err_path)):
+        if _inside(path, state):
+            return _launch_failed(sup, f"Could not open {kind} file {path}: it is inside the local Slurm's "
+                                       f"private state directory {state}")
     append = req.get("open_mode") == "append" or job["restart_count"] > 0
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    opened: list[int] = []
     try:
+        what, where = "stdout", out_path
         out_fd = os.open(out_path, flags, 0o644)
+        opened.append(out_fd)
+        what, where = "stderr", err_path
         err_fd = out_fd if err_path == out_path else os.open(err_path, flags, 0o644)
-        in_fd = os.open(os.path.join(workdir, req["input"]) if req["input"] else os.devnull, os.O_RDONLY)
+        opened.append(err_fd)
+        what, where = "stdin", os.path.join(workdir, req["input"]) if req["input"] else os.devnull
+        in_fd = os.open(where, os.O_RDONLY)
     except OSError as err:
-        _log(f"job {job['id']}: could not open output/input: {err}")
-        return Outcome("FAILED", 0, 0, "FAILED", 0, 0)
+        for fd in set(opened):
+            os.close(fd)
+        return _launch_failed(sup, f"Could not open {what} file {where}: {err.strerror}")
     sup.err_fd = err_fd
     script = str(paths.job_dir(job["id"]) / "script")
     env = envvars.batch_env(job, sup.cluster, req["env"])
-    pid = procs.spawn([script, *req.get("script_args", [])], env, workdir, (in_fd, out_fd, err_fd), True, "SLURM_TASK_PID")
+    pid = procs.spawn([script, *req.get("script_args", [])], env, workdir, (in_fd, out_fd, err_fd), True,
+                      "SLURM_TASK_PID", rlimits=req.get("rlimits"))
     sup.mains[pid] = None
     now = time.time()
     with db.transaction(sup.conn):
@@ -302,9 +407,45 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     os.close(in_fd)
     if out_fd != err_fd:
         os.close(out_fd)  # err_fd stays open: slurmstepd's own messages go there
-    return sup.watch()
+    outcome = sup.watch()
+    if outcome.state == "FAILED":
+        trouble = _write_trouble(job, req, sorted({out_path, err_path}))
+        if trouble:
+            outcome.reason, message = trouble
+            _log(f"[{job['id']}.batch] error: {message}")
+            sup._say(f"error: {message}")  # lands only if there is room after all
+    return outcome
+
+
+def _write_trouble(job: dict, req: dict, outputs: list[str]) -> tuple[str, str] | None:
+    """Why a failed job's output could not be written, if that is it: its file size limit
+    (RLIMIT_FSIZE, propagated from the submitting shell) reached, or no space left on the disk."""
+    import resource
+
+    limit = (req.get("rlimits") or {}).get("FSIZE", resource.RLIM_INFINITY)
+    for path in outputs:
+        try:
+            size = os.stat(path).st_size
+            fs = os.statvfs(os.path.dirname(path) or ".")
+        except OSError:
+            continue
+        if limit not in (None, resource.RLIM_INFINITY) and 0 <= limit <= size:
+            return "FileSizeLimit", (f"output file {path} reached the job's file size limit ({limit} bytes, "
+                                     "RLIMIT_FSIZE from the submitting shell): File too large")
+        free = (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize
+        if free < 64 * 1024:
+            return "DiskFull", f"write to output file {path} failed: No space left on device (its disk is full)"
+    return None
+
+
+def _inode(path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 def _log(text: str) -> None:
-    with open(paths.log_path(), "a") as log:
-        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+    from .controller import log
+
+    log(text)
