@@ -35,8 +35,14 @@ def slurm_conf_path() -> str:
     return str(paths.state_dir() / "slurm.conf")
 
 
-def job_vars(job: dict[str, Any], cluster: Cluster) -> dict[str, str]:
-    """Variables every layer of a job sees (the salloc shell sees exactly these)."""
+def job_vars(job: dict[str, Any], cluster: Cluster, layer: str = "salloc") -> dict[str, str]:
+    """The job-wide variables a layer is given: ``salloc`` (its shell sees exactly these),
+    ``batch`` (sbatch's, before slurmd adds the node's) or ``srun`` (what srun itself sets for a step).
+
+    As with Slurm 22.05: SLURM_NODE_ALIASES and SLURM_GPUS_PER_NODE come from sbatch/salloc only
+    (srun sets neither); salloc exports SLURM_MEM_PER_* only for an explicit --mem/--mem-per-cpu
+    (the batch shell always gets one: see batch_env); srun sets the step's task counts itself.
+    """
     req = job["req"]
     nodes = [p["node"] for p in job["alloc"]]
     nodelist = hostlist.collect_hostlist(nodes)
@@ -54,11 +60,12 @@ def job_vars(job: dict[str, Any], cluster: Cluster) -> dict[str, str]:
         "SLURM_JOB_QOS": "normal",
         "SLURM_NNODES": str(len(nodes)),
         "SLURM_NODELIST": nodelist,
-        "SLURM_NODE_ALIASES": "(null)",
         "SLURM_SUBMIT_DIR": req["submit_dir"],
         "SLURM_SUBMIT_HOST": req["submit_host"],
         "SLURM_TASKS_PER_NODE": compress_counts([p["tasks"] for p in job["alloc"]]),
     }
+    if layer != "srun":
+        env["SLURM_NODE_ALIASES"] = "(null)"
     if req["ntasks"] or req["ntasks_per_node"]:
         ntasks = str(sum(p["tasks"] for p in job["alloc"]))
         env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = ntasks
@@ -66,8 +73,13 @@ def job_vars(job: dict[str, Any], cluster: Cluster) -> dict[str, str]:
         env["SLURM_NTASKS_PER_NODE"] = str(req["ntasks_per_node"])
     if req["cpus_per_task"]:
         env["SLURM_CPUS_PER_TASK"] = str(req["cpus_per_task"])
-    if "gpus-per-node" in req["given"] and req["gpus_per_node"]:
+    if layer != "srun" and "gpus-per-node" in req["given"] and req["gpus_per_node"]:
         env["SLURM_GPUS_PER_NODE"] = str(req["gpus_per_node"])
+    if layer == "salloc":
+        if req["mem_mb"] is not None:
+            env["SLURM_MEM_PER_NODE"] = str(req["mem_mb"])
+        elif req["mem_per_cpu_mb"]:
+            env["SLURM_MEM_PER_CPU"] = str(req["mem_per_cpu_mb"])
     if job["restart_count"]:
         env["SLURM_RESTART_COUNT"] = str(job["restart_count"])
     if job["array_job_id"] is not None:
@@ -112,23 +124,26 @@ def _has_user(uid: int) -> bool:
         return False
 
 
-def node_vars(job: dict[str, Any], cluster: Cluster, part: dict[str, Any], gpus: list[int]) -> dict[str, str]:
-    """What slurmd adds on a compute node: node name, CPUs there, GPUs, SLURM_TMPDIR."""
+def node_vars(job: dict[str, Any], cluster: Cluster, part: dict[str, Any], gpus: list[int],
+              cpus: int | None = None) -> dict[str, str]:
+    """What slurmd/slurmstepd add on a compute node: node name, CPUs there, GPUs, SLURM_TMPDIR.
+
+    ``gpus`` are the GPUs of this step (or of the batch step) on the node; ``cpus`` the CPUs the
+    step may use there (default: all the job's CPUs on the node).
+    """
     node = part["node"]
     env = {
         "SLURMD_NODENAME": node,
-        "SLURM_CPUS_ON_NODE": str(part["cpus"]),
+        "SLURM_CPUS_ON_NODE": str(part["cpus"] if cpus is None else cpus),
         "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
         **_user_vars(job),
-        **_mem_vars(job, cluster),
         "SLURM_WORKING_CLUSTER": f"{cluster.name}:localhost:6817:9728:109",
     }
-    if part["gpus"]:
+    if gpus:
         ids = ",".join(map(str, gpus))
         env.update({name: ids for name in GPU_VARS})
-        env["SLURM_JOB_GPUS"] = ",".join(map(str, part["gpus"]))
-        env["SLURM_GPUS_ON_NODE"] = str(len(part["gpus"]))
+        env["SLURM_GPUS_ON_NODE"] = str(len(gpus))
     if cluster.slurm_tmpdir:
         env["SLURM_TMPDIR"] = str(node_tmpdir(job["id"], node))
     return env
@@ -142,14 +157,66 @@ def submit_host() -> str:
     return socket.gethostname()
 
 
+_LOGIN_DROP = ("_", "PWD", "OLDPWD")
+
+
+def _login_defs(key: str) -> str | None:
+    try:
+        with open("/etc/login.defs") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == key:
+                    return parts[1].removeprefix("PATH=")
+    except OSError:
+        pass
+    return None
+
+
+def login_env(uid: int) -> dict[str, str]:
+    """The user's login environment, as slurmd loads it for ``--export=NONE`` (``su - user``)."""
+    import subprocess
+
+    try:
+        pw = pwd.getpwuid(uid)
+        user, home, shell = pw.pw_name, pw.pw_dir, pw.pw_shell or "/bin/sh"
+    except KeyError:
+        user, home, shell = os.environ.get("USER", str(uid)), os.environ.get("HOME", "/"), "/bin/sh"
+    default = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" if uid == 0 else \
+        "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"
+    start = {"HOME": home, "SHELL": shell, "USER": user, "LOGNAME": user, "MAIL": f"/var/mail/{user}",
+             "PATH": _login_defs("ENV_SUPATH" if uid == 0 else "ENV_PATH") or default}
+    try:
+        out = subprocess.run([shell, "-l", "-c", "env -0; exit 0"], env=start, cwd=home if os.path.isdir(home) else "/",
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return start
+    env = dict(start)
+    for item in out.decode(errors="replace").split("\0"):
+        key, eq, value = item.partition("=")
+        if eq and key not in _LOGIN_DROP:
+            env[key] = value
+    return env
+
+
+def _export_none(job: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
+    """``--export=NONE``: SLURM_* from the submit environment over the user's login environment."""
+    keep = {k: v for k, v in base.items() if k.startswith("SLURM_")}
+    if "NSS_WRAPPER_HOSTS" in base:  # the local Slurm's name resolution (see names.py)
+        keep.update({k: base[k] for k in ("LD_PRELOAD", "NSS_WRAPPER_HOSTS") if k in base})
+    return {**login_env(job["uid"]), **keep, "SLURM_EXPORT_ENV": "NONE", "SLURM_GET_USER_ENV": "1"}
+
+
 def batch_env(job: dict[str, Any], cluster: Cluster, base: dict[str, str]) -> dict[str, str]:
     """The batch shell's environment: the submit environment plus job and node variables."""
     part = job["alloc"][0]
-    env = dict(base)
-    for name in GPU_VARS:
+    env = _export_none(job, base) if job["req"].get("export") == "NONE" else dict(base)
+    for name in (*GPU_VARS, "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         env.pop(name, None)
-    env.update(job_vars(job, cluster))
+    env.update(job_vars(job, cluster, "batch"))
     env.update(node_vars(job, cluster, part, part["gpus"]))
+    env.update(_mem_vars(job, cluster))
+    if part["gpus"]:
+        env["SLURM_JOB_GPUS"] = ",".join(map(str, part["gpus"]))  # the batch step's only: steps inherit it
     env.update(
         {
             "ENVIRONMENT": "BATCH",
@@ -174,36 +241,61 @@ def task_env(
     proc_id: int,
     launcher_port: int,
 ) -> dict[str, str]:
-    """One srun task's environment. ``step`` holds the step layout (see commands.srun)."""
+    """One srun task's environment. ``step`` holds the step layout (see commands.srun).
+
+    ``base`` is srun's own environment: inside an allocation (a batch shell, a salloc shell) it
+    carries the allocation's variables, which the task inherits; a stand-alone srun sets fewer
+    (no SLURM_NODE_ALIASES, SLURM_MEM_PER_*, SLURM_JOB_GPUS, SLURM_GPUS_PER_NODE,
+    SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0, and SLURM_DISTRIBUTION only with a memory option),
+    as Slurm 22.05's srun does.
+    """
     part = step["layout"][node_index]
+    layout = step["layout"]
+    in_allocation = base.get("SLURM_JOB_ID") == str(job["id"])
+    req = job["req"]
     env = dict(base)
-    env.update(job_vars(job, cluster))
-    env.update(node_vars(job, cluster, part["alloc"], part["alloc"]["gpus"]))
-    first = sum(p["tasks"] for p in step["layout"][:node_index])
+    gpus = part["alloc"]["gpus"]
+    if not gpus:  # a step without GPUs on this node does not see the job's
+        for name in (*GPU_VARS, "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS"):
+            env.pop(name, None)
+    env.update(job_vars(job, cluster, "srun"))
+    # without -c a step may use every CPU the job has on the node (22.05's default, no --exact)
+    cpus = part["cpus"] if step.get("cpus_per_task") else part["alloc"]["cpus"]
+    env.update(node_vars(job, cluster, part["alloc"], gpus, cpus))
+    first = sum(p["tasks"] for p in layout[:node_index])
+    ntasks = step["ntasks"]
     env.update(
         {
             "SLURM_PROCID": str(proc_id),
             "SLURM_LOCALID": str(local_id),
             "SLURM_NODEID": str(node_index),
             "SLURM_GTIDS": ",".join(str(first + i) for i in range(part["tasks"])),
+            "SLURM_NNODES": str(len(layout)),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_NPROCS": str(ntasks),
+            "SLURM_TASKS_PER_NODE": compress_counts([p["tasks"] for p in layout]),
             "SLURM_STEPID": str(step["id"]),
             "SLURM_STEP_ID": str(step["id"]),
             "SLURM_STEP_NODELIST": step["nodelist"],
-            "SLURM_STEP_NUM_NODES": str(len(step["layout"])),
-            "SLURM_STEP_NUM_TASKS": str(step["ntasks"]),
-            "SLURM_STEP_TASKS_PER_NODE": compress_counts([p["tasks"] for p in step["layout"]]),
+            "SLURM_STEP_NUM_NODES": str(len(layout)),
+            "SLURM_STEP_NUM_TASKS": str(ntasks),
+            "SLURM_STEP_TASKS_PER_NODE": compress_counts([p["tasks"] for p in layout]),
             "SLURM_STEP_LAUNCHER_PORT": str(launcher_port),
             "SLURM_SRUN_COMM_HOST": "127.0.0.1",
             "SLURM_SRUN_COMM_PORT": str(launcher_port),
             "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
-            "SLURM_DISTRIBUTION": "block",
             "SLURM_UMASK": _umask(),
-            "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0": compress_counts([p["cpus"] for p in job["alloc"]]),
             "SRUN_DEBUG": "3",
         }
     )
-    if part["alloc"]["gpus"]:
-        env["SLURM_STEP_GPUS"] = env["SLURM_JOB_GPUS"]
+    # srun picks cyclic when there are no more tasks than nodes, block otherwise; a stand-alone
+    # srun exports its choice only when it was given a memory option
+    if in_allocation or req.get("mem_mb") is not None or req.get("mem_per_cpu_mb"):
+        env["SLURM_DISTRIBUTION"] = "cyclic" if ntasks <= len(layout) else "block"
+    if in_allocation:
+        env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = compress_counts([p["cpus"] for p in job["alloc"]])
+    if gpus:
+        env["SLURM_STEP_GPUS"] = ",".join(map(str, gpus))
     if step.get("cpus_per_task"):
         env["SLURM_CPUS_PER_TASK"] = str(step["cpus_per_task"])
     if local_id == 0:

@@ -1,0 +1,87 @@
+"""Fixtures of the parity suite: the two Slurms, their private working roots, and the long jobs.
+
+Every test here needs the real Slurm that ``ci/real-slurm.sh up`` starts; without it the whole
+suite is skipped with the reason. The local Slurm gets its own state directory (not the one of
+the rest of the test session) and both sides work in their own temporary directories.
+
+At the end the parity table is written to ``test-artifacts/parity.md`` (and ``parity.json``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from . import harness
+from .harness import Side
+
+ARTIFACTS = harness.ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def sides(tmp_path_factory: pytest.TempPathFactory):
+    """``{"local": Side, "real": Side}``; skips the test when the real Slurm is not up."""
+    reason = harness.real_slurm_reason()
+    if reason:
+        pytest.skip(reason)
+    from hpcnb.backend import local_bin_dir
+
+    local_bin = str(local_bin_dir())
+    state = tmp_path_factory.mktemp("parity-local-state")
+    venv_bin = str(harness.ROOT / ".venv" / "bin")
+    rest = f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"
+    common = {"HPCNB_STATE_DIR": str(state), "HPCNB_CONTROLLER_IDLE": "120", "HPCNB_LOCAL_BIN": local_bin}
+    local = Side("local", tmp_path_factory.mktemp("parity-local"),
+                 {**harness.clean_env(f"{local_bin}:{rest}"), **common}, state)
+    real = Side("real", tmp_path_factory.mktemp("parity-real"), {**harness.clean_env(rest), **common})
+    _seed_local_ids(state, 100001)
+    yield {"local": local, "real": real}
+    for side in (local, real):  # only the jobs this suite submitted
+        if side.submitted:
+            side.run(["scancel", *map(str, side.submitted)], side.root, timeout=30)
+    subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env={**os.environ, **common},
+                   capture_output=True, timeout=60)
+
+
+def _seed_local_ids(state: Path, first: int) -> None:
+    """Start the local job ids far from the real ones, so no normalisation can mix them up."""
+    from hpcnb.localslurm import db
+
+    conn = db.connect(state / "slurm.db")
+    with db.transaction(conn):
+        db.set_meta(conn, "next_job_id", str(first))
+    conn.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def long_jobs(request: pytest.FixtureRequest):
+    """The two slow cases (TIMEOUT and --signal), submitted on both sides when the session starts.
+
+    A real Slurm checks time limits every 30 s, so a --time=1 job ends 60-90 s after it starts;
+    running them alongside the other cases keeps the suite to a few minutes. Tests in
+    test_9_long.py collect the results.
+    """
+    if not any(item.path.name == "test_9_long.py" for item in request.session.items):
+        yield None
+        return
+    sides = request.getfixturevalue("sides")
+    from .test_9_long import start_long_jobs
+
+    jobs = harness.on_both(sides, start_long_jobs)
+    yield jobs
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not harness.RECORDS:
+        return
+    from .report import render
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    records = sorted(harness.RECORDS, key=lambda r: r["case"])
+    (ARTIFACTS / "parity.json").write_text(json.dumps(records, indent=1) + "\n")
+    (ARTIFACTS / "parity.md").write_text(render(records, time.strftime("%Y-%m-%d %H:%M:%S")))

@@ -1,0 +1,352 @@
+"""Run the same thing on the local Slurm and on a real Slurm 22.05, and normalise what comes back.
+
+Two :class:`Side` objects, ``local`` and ``real``, run commands with the same clean environment
+(only ``PATH`` differs: the local Slurm's command folder first, or not at all), each in its own
+working directory. :func:`on_both` runs one function for both sides at the same time (threads),
+so a case costs the slower side's time, not the sum.
+
+What differs from run to run is normalised by a per-case :class:`Norm`: job ids (numbered in
+order, ``<J0>``, ``<J1>``, ...), working directories (``<WD>``), the local state directory,
+pids, ports, the submit host and times. Everything else must be equal unless a test names the
+difference in :data:`INTENTIONAL` (with its reason).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+JOBS = Path(__file__).resolve().parent / "jobs"
+REAL_BIN = "/usr/bin"
+FINAL_STATES = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+    "DEADLINE",
+}
+
+# Differences that are there on purpose. Tests refer to these keys; the report prints the reasons.
+INTENTIONAL = {
+    "oom": "No cgroups on the CI host: the real Slurm (proctrack/linuxproc + JobAcctGatherParams=OverMemoryKill) "
+    "kills the job with SIGKILL and records FAILED 0:9; the local Slurm reports it as a cgroup site does "
+    "(OUT_OF_MEMORY 0:125), which is what learners meet on real clusters.",
+    "slurm_tmpdir": "The local site profile provides $SLURM_TMPDIR (a per-job node-local directory, as Alliance "
+    "sites do through a TaskProlog); plain Slurm has no such variable.",
+    "timelimit_latency": "The local Slurm enforces time limits to the second; the real slurmctld checks them "
+    "every 30 s, so a --time=1 job ends 60-90 s after it starts (elapsed time is not compared).",
+    "signal_latency": "--signal=B:USR1@N is sent exactly N s before the limit by the local Slurm; the real "
+    "slurmctld sends it at its next 30 s check (both deliver it to the batch shell before the time limit).",
+    "scheduling_speed": "The local Slurm starts jobs at once; the real one within a second or so (timings and "
+    "transient PENDING states are not compared).",
+    "node_stats": "Live node statistics (CPULoad, FreeMem, OS, BootTime, SlurmdStartTime, LastBusyTime, "
+    "Port) describe the host, not the virtual node: normalised.",
+    "alloc_node": "scontrol's AllocNode:Sid names the submitting host and session as slurmctld saw them "
+    "(real: localhost:<sid>); the local Slurm records the host name and session 0: normalised.",
+}
+
+_LOCK = threading.Lock()
+
+
+def real_slurm_reason() -> str | None:
+    """Why the real Slurm can't be used (None when it is up and both nodes answer)."""
+    scontrol = Path(REAL_BIN) / "scontrol"
+    if not scontrol.exists():
+        return "the real Slurm is not installed (/usr/bin/scontrol missing); run `bash ci/real-slurm.sh up` as root"
+    env = clean_env(f"{REAL_BIN}:/bin")
+    try:
+        ping = subprocess.run([str(scontrol), "ping"], env=env, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"`scontrol ping` on the real Slurm failed ({err}); run `bash ci/real-slurm.sh up` as root"
+    if "is UP" not in ping.stdout:
+        return "the real Slurm is not up (`scontrol ping` says it is down); run `bash ci/real-slurm.sh up` as root"
+    nodes = subprocess.run([f"{REAL_BIN}/sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True,
+                           text=True, timeout=10).stdout.split("\n")
+    usable = [n for n in nodes if n.split()[-1:] and n.split()[-1] in ("idle", "mixed", "allocated", "completing")]
+    if len({n.split()[0] for n in usable}) < 2:
+        return f"the real Slurm's nodes are not both usable (sinfo -N: {nodes!r}); rerun `bash ci/real-slurm.sh up`"
+    return None
+
+
+def clean_env(path: str) -> dict[str, str]:
+    """The environment every command of both sides starts from (no SLURM_*, same locale)."""
+    keep = ("HOME", "USER", "LOGNAME", "SHELL", "TERM")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.setdefault("HOME", "/root")
+    env.update(PATH=path, LANG="C.UTF-8", LC_ALL="C", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS="1")
+    return env
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    stdout: str
+    stderr: str
+    rc: int
+
+    def __str__(self) -> str:
+        return f"$ {' '.join(self.argv)}\n[rc={self.rc}]\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+
+
+@dataclass
+class Side:
+    """One Slurm: how to run its commands, and where its cases work."""
+
+    name: str  # "local" or "real"
+    root: Path  # the parent of every case's working directory
+    env: dict[str, str]
+    state_dir: Path | None = None  # the local Slurm's private state
+    submitted: list[int] = field(default_factory=list)  # cancelled (if still there) at the end
+
+    def workdir(self, case: str) -> Path:
+        path = self.root / case
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def run(self, argv: list[str] | str, cwd: Path, timeout: float = 120, input: str | None = None,
+            env: dict[str, str] | None = None) -> Result:
+        args = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
+        proc = subprocess.run(args, cwd=cwd, env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+        return Result(args, proc.stdout, proc.stderr, proc.returncode)
+
+    def ok(self, argv: list[str] | str, cwd: Path, **kw) -> Result:
+        res = self.run(argv, cwd, **kw)
+        assert res.rc == 0, f"{self.name}: command failed\n{res}"
+        return res
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def sbatch(self, args: list[str], cwd: Path, script: str | None = None, name: str = "job.sh") -> int:
+        """Submit (``script`` is written to ``cwd/name`` and appended); returns the job id."""
+        argv = ["sbatch", "--parsable", *args]
+        if script is not None:
+            (cwd / name).write_text(script)
+            (cwd / name).chmod(0o755)
+            argv.append(name)
+        res = self.ok(argv, cwd)
+        job_id = int(res.stdout.strip().split(";")[0])
+        self.submitted.append(job_id)
+        return job_id
+
+    def states(self, job_id: int, cwd: Path) -> dict[str, str]:
+        """``{jobid text: state}`` of the job (or every task of an array), as squeue shows them."""
+        res = self.run(["squeue", "-h", "-t", "all", "-r", "-j", str(job_id), "-o", "%i %T"], cwd)
+        out = {}
+        for line in res.stdout.splitlines():
+            if line.strip():
+                jid, state = line.split()[:2]
+                out[jid] = state
+        return out
+
+    def wait_state(self, job_id: int, cwd: Path, wanted: set[str] | Callable[[dict[str, str]], bool],
+                   timeout: float = 120) -> dict[str, str]:
+        """Poll squeue until every task of the job is in ``wanted`` (or the predicate holds)."""
+        end = time.time() + timeout
+        states: dict[str, str] = {}
+        while time.time() < end:
+            states = self.states(job_id, cwd)
+            if states and (wanted(states) if callable(wanted) else all(s in wanted for s in states.values())):
+                return states
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: job {job_id} not in {wanted} after {timeout}s: {states}")
+
+    def wait_done(self, job_id: int, cwd: Path, timeout: float = 180) -> dict[str, str]:
+        """Wait until the job has ended and its accounting record (job and steps) is final."""
+        self.wait_state(job_id, cwd, FINAL_STATES, timeout)
+        end = time.time() + 30
+        rows: list[list[str]] = []
+        while time.time() < end:
+            res = self.run(["sacct", "-n", "-P", "-j", str(job_id), "--format", "JobID,State"], cwd)
+            rows = [line.split("|") for line in res.stdout.splitlines() if line.strip()]
+            if rows and all(r[1].split()[0] in FINAL_STATES for r in rows):
+                return self.states(job_id, cwd)
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: accounting of job {job_id} not final after 30 s: {rows}")
+
+    def job_ids(self, job_id: int, cwd: Path) -> list[int]:
+        """The raw ids of a job, or of every task of an array (its own id included)."""
+        res = self.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "--format", "JobIDRaw"], cwd)
+        ids = {int(x) for x in res.stdout.split() if x.isdigit()}
+        return sorted(ids | {job_id})
+
+    def sacct(self, job_id: int, cwd: Path, fmt: str, extra: tuple[str, ...] = ()) -> list[dict[str, str]]:
+        res = self.ok(["sacct", "-P", "-j", str(job_id), "--format", fmt, *extra], cwd)
+        lines = res.stdout.splitlines()
+        head = lines[0].split("|")
+        return [dict(zip(head, line.split("|"))) for line in lines[1:]]
+
+    def scontrol_job(self, job_id: int | str, cwd: Path) -> dict[str, str]:
+        res = self.ok(["scontrol", "show", "job", str(job_id)], cwd)
+        return parse_keyvals(res.stdout)
+
+
+def parse_keyvals(text: str) -> dict[str, str]:
+    """``scontrol show`` output -> {key: value} (tokens split on spaces; ``Key=`` gives '')."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, eq, value = token.partition("=")
+        if eq:
+            out[key] = value
+        elif out:  # a value with spaces (e.g. OS=Linux 6.1 #1 SMP): glue it to the previous key
+            last = next(reversed(out))
+            out[last] += " " + token
+    return out
+
+
+def parse_env0(data: bytes | str) -> dict[str, str]:
+    text = data.decode() if isinstance(data, bytes) else data
+    env = {}
+    for item in text.split("\0"):
+        if "=" in item:
+            key, _, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+def on_both(sides: dict[str, Side], fn: Callable[[Side], Any]) -> dict[str, Any]:
+    """Run ``fn(side)`` for the local and the real side at once; re-raise the first error."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(fn, side) for name, side in sides.items()}
+        return {name: fut.result() for name, fut in futures.items()}
+
+
+# -- normalisation -------------------------------------------------------------------------------
+TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+
+
+@dataclass
+class Norm:
+    """What to replace in one side's results so that they compare with the other side's."""
+
+    side: Side
+    workdirs: list[Path] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+
+    def add_ids(self, *ids: int) -> None:
+        self.ids = sorted(set(self.ids) | set(ids))
+
+    def job(self, text: str) -> str:
+        """A job id text (``7``, ``7_3``, ``7.batch``, ``7_[1-3%2]``) with its leading id numbered."""
+        def sub(match: re.Match) -> str:
+            num = int(match.group(0))
+            return f"<J{self.ids.index(num)}>" if num in self.ids else f"<J?{num}>"
+
+        return re.sub(r"^\d+", sub, text)
+
+    def path(self, text: str) -> str:
+        for wd in self.workdirs:
+            text = text.replace(str(wd), "<WD>")
+        state = self.side.env.get("HPCNB_STATE_DIR")  # set alike on both sides
+        if state:
+            text = text.replace(state, "<STATE>")
+        # job ids inside file names: slurm-7.out, x-7-node1.out, 7_3.err, job_7
+        for num in sorted(self.ids, key=lambda n: -len(str(n))):
+            text = re.sub(rf"(?<![\d]){num}(?![\d])", f"<J{self.ids.index(num)}>", text)
+        return text
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """A task's environment, normalised (see ENV_RULES)."""
+        out = {}
+        for key, value in env.items():
+            rule = ENV_RULES.get(key)
+            if rule is None:
+                value = self.path(value) if "/" in value else value
+            else:
+                value = rule(self, value)
+            out[key] = value
+        return out
+
+
+def _path_var(norm: Norm, value: str) -> str:
+    local_bin = norm.side.env.get("HPCNB_LOCAL_BIN")
+    parts = [p for p in value.split(":") if p != local_bin]
+    return ":".join(parts)
+
+
+ENV_RULES: dict[str, Callable[[Norm, str], str]] = {
+    "SLURM_JOB_ID": lambda n, v: n.job(v),
+    "SLURM_JOBID": lambda n, v: n.job(v),
+    "SLURM_ARRAY_JOB_ID": lambda n, v: n.job(v),
+    "SLURM_TASK_PID": lambda n, v: "<PID>" if v.isdigit() else v,
+    "SLURM_SRUN_COMM_PORT": lambda n, v: "<PORT>" if v.isdigit() else v,
+    "SLURM_STEP_LAUNCHER_PORT": lambda n, v: "<PORT>" if v.isdigit() else v,
+    "SLURM_CONF": lambda n, v: "<SLURM_CONF>" if v.endswith("slurm.conf") else v,
+    "SLURM_SUBMIT_HOST": lambda n, v: "<SUBMIT_HOST>" if v == socket.gethostname() else v,
+    "PATH": _path_var,
+    "HPCNB_LOCAL_BIN": lambda n, v: "<LOCAL_BIN>",
+    "_": lambda n, v: n.path(v),
+}
+
+
+def env_diff(local: dict[str, str], real: dict[str, str]) -> list[str]:
+    """Readable differences between two normalised environments ([] when equal)."""
+    out = []
+    for key in sorted(set(local) | set(real)):
+        if key not in real:
+            out.append(f"only local: {key}={local[key]}")
+        elif key not in local:
+            out.append(f"only real:  {key}={real[key]}")
+        elif local[key] != real[key]:
+            out.append(f"differs:    {key}: local={local[key]!r} real={real[key]!r}")
+    return out
+
+
+# -- the record of every case (for the report) ----------------------------------------------------
+RECORDS: list[dict[str, Any]] = []
+
+
+def short(value: Any, limit: int = 90) -> str:
+    if isinstance(value, dict):
+        return f"{len(value)} names"
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def record(case: str, local: Any, real: Any, verdict: str, note: str = "") -> None:
+    with _LOCK:
+        RECORDS.append({"case": case, "local": short(local), "real": short(real), "verdict": verdict, "note": note})
+
+
+def describe_diff(local: Any, real: Any) -> str:
+    if isinstance(local, dict) and isinstance(real, dict):
+        return "\n".join(env_diff({k: str(v) for k, v in local.items()}, {k: str(v) for k, v in real.items()}))
+    if isinstance(local, list) and isinstance(real, list):
+        import difflib
+
+        return "\n".join(difflib.unified_diff([str(x) for x in real], [str(x) for x in local], "real", "local",
+                                              lineterm=""))
+    return f"local: {local!r}\nreal:  {real!r}"
+
+
+def compare(case: str, local: Any, real: Any, note: str = "") -> None:
+    """Assert equality and record the case (with the differences, when there are some)."""
+    equal = local == real
+    detail = "" if equal else describe_diff(local, real)
+    record(case, local, real, "equal" if equal else "DIFFERENT", note or short(detail, 300))
+    if not equal:
+        raise AssertionError(f"{case}: local and real Slurm differ\n{detail}")
+
+
+def intentional(case: str, key: str, local: Any, real: Any, want_local: Any, want_real: Any) -> None:
+    """A difference on purpose: each side must show its own expected value."""
+    ok = local == want_local and real == want_real
+    record(case, local, real, f"intentional ({key})" if ok else "UNEXPECTED", INTENTIONAL[key])
+    assert local == want_local, f"{case}: local gave {local!r}, expected {want_local!r} ({INTENTIONAL[key]})"
+    assert real == want_real, f"{case}: real gave {real!r}, expected {want_real!r} ({INTENTIONAL[key]})"
+
+
+def python() -> str:
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
