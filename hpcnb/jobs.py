@@ -414,6 +414,8 @@ class Job:
                 for one in _expand_ids(ident.strip()):
                     seen[one] = _base_state(state)
         if not seen:
+            if res.returncode != 0 and "Invalid job id" not in res.stderr:
+                raise SlurmError(f"squeue -j {self.id} failed: {res.stderr.strip()}", res.stderr, res.returncode)
             raise JobNotFound(
                 f"Slurm knows no job {self.id} (neither squeue nor sacct lists it)",
                 (res.stderr + acct.stderr).strip(), acct.returncode,
