@@ -1,0 +1,680 @@
+"""Course tooling for instructors: student exercises from worked solutions, and autograding.
+
+Both go through nbgrader (its own preprocessors, in a throw-away course directory)::
+
+    python -m hpcnb.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
+    python -m hpcnb.grading check        # exercises/ up to date with solutions/, and nothing leaked
+    python -m hpcnb.grading autograde SUBMISSIONS --out grades/
+                                         # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+
+``generate`` copies only the solution notebooks into the temporary course (nbgrader would
+copy every other file of a source folder into the release), runs ``generate_assignment``
+(LockCells, ClearSolutions, ClearOutput, ComputeChecksums, SaveCells, ClearHiddenTests ...)
+and writes the student versions to ``exercises/``; exercises whose solution is gone are removed.
+
+``autograde`` treats each solution notebook as one nbgrader assignment of one notebook, grades
+each student's notebook in its own process (``nbgrader autograde``: submitted test cells are
+replaced by the source's, deleted ones are added back, hidden tests come back; every cell runs
+under ``ExecutePreprocessor.timeout``), then writes ``grades.csv``, ``cells.csv``, feedback
+HTML (``nbgrader generate_feedback``) per student, the autograded notebooks and the gradebook.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS_DIR = ROOT / "solutions"
+EXERCISES_DIR = ROOT / "exercises"
+DEFAULT_TIMEOUT = 60  # seconds per cell when autograding
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "EXERCISES_DIR",
+    "SOLUTIONS_DIR",
+    "CellGrade",
+    "GradingError",
+    "NotebookGrade",
+    "autograde",
+    "check",
+    "generate",
+    "main",
+    "plant_wrong_answer",
+    "secret_regions",
+]
+
+_MARKER = re.compile(r"(BEGIN|END)\s+(SOLUTION|HIDDEN\s+TESTS)\b")
+_STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()", "YOUR ANSWER HERE"}
+
+
+class GradingError(RuntimeError):
+    """nbgrader refused a notebook, or the folders are not as expected."""
+
+
+# ------------------------------------------------------------------------- notebooks
+
+def _read(path: Path) -> Any:
+    import nbformat
+
+    return nbformat.read(os.fspath(path), as_version=4)
+
+
+def solution_notebooks(solutions: Path = SOLUTIONS_DIR) -> dict[str, Path]:
+    """``{stem: path}`` for every ``solutions/*.ipynb`` (top level only), sorted by name."""
+    solutions = Path(solutions)
+    if not solutions.is_dir():
+        return {}
+    found = {p.stem: p for p in sorted(solutions.glob("*.ipynb")) if not p.name.startswith(".")}
+    bad = [s for s in found if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", s)]
+    if bad:
+        raise GradingError(f"notebook names must be letters, digits, '.', '_' or '-': {', '.join(bad)}")
+    return found
+
+
+def _nbgrader_meta(cell: Any) -> dict[str, Any]:
+    return dict(cell.get("metadata", {}).get("nbgrader", {}) or {})
+
+
+def _scripts_on_path() -> None:
+    """nbgrader runs ``alembic`` (and kernels) from PATH: put this Python's scripts folder on it."""
+    import sysconfig
+
+    scripts = sysconfig.get_path("scripts")
+    parts = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    if scripts and scripts not in parts:
+        os.environ["PATH"] = os.pathsep.join([*parts, scripts])
+
+
+def _config(course: Path, timeout: int | None = None) -> Any:
+    from traitlets.config import Config
+
+    c = Config()
+    c.CourseDirectory.root = str(course)
+    c.CourseDirectory.course_id = "hpcnb"
+    c.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back from the gradebook
+    if timeout is not None:
+        c.ExecutePreprocessor.timeout = timeout
+        c.Execute.timeout = timeout
+    c.Execute.interrupt_on_timeout = True
+    c.HTMLExporter.template_name = "feedback"
+    return c
+
+
+def _run_converter(kind: str, course: Path, assignment: str, student: str | None = None,
+                   timeout: int | None = None, db: bool = True) -> dict[str, Any]:
+    """Run one nbgrader converter in this process; return capture_log's dict (success, log, error)."""
+    import logging
+
+    from nbgrader.converters import Autograde, GenerateAssignment, GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.utils import capture_log
+
+    _scripts_on_path()
+    cfg = _config(course, timeout)
+    if kind == "generate" and not db:  # nbgrader's --no-db flag
+        cfg.SaveCells.enabled = False
+        cfg.GenerateAssignment.no_database = True
+    coursedir = CourseDirectory(config=cfg)
+    coursedir.assignment_id = assignment
+    if student is not None:
+        coursedir.student_id = student
+    cls = {"generate": GenerateAssignment, "autograde": Autograde, "feedback": GenerateFeedback}[kind]
+    app = cls(coursedir=coursedir, config=cfg)
+    app.force = True
+    if kind == "generate":
+        app.create_assignment = True
+    elif kind == "autograde":
+        app.create_student = True
+    app.log.setLevel(logging.INFO)
+    cwd = os.getcwd()
+    try:
+        return capture_log(app)
+    finally:
+        os.chdir(cwd)
+
+
+def _build_source(course: Path, notebooks: dict[str, Path], db: bool = True) -> None:
+    """One assignment per notebook, holding nothing but that notebook (no other file can leak)."""
+    for stem, path in notebooks.items():
+        folder = course / "source" / stem
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, folder / f"{stem}.ipynb")
+        result = _run_converter("generate", course, stem, db=db)
+        if not result.get("success"):
+            raise GradingError(f"nbgrader generate_assignment failed for {path}:\n"
+                               f"{_log_tail(result)}")
+
+
+def _log_tail(result: dict[str, Any], lines: int = 30) -> str:
+    text = (result.get("log") or "") + (result.get("error") or "")
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------- generate
+
+def _release(notebooks: dict[str, Path], into: Path) -> dict[str, Path]:
+    """Student versions of ``notebooks`` written into ``into``; ``{stem: path}``."""
+    import nbformat
+
+    into.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="hpcnb-generate-") as tmp:
+        course = Path(tmp)
+        _build_source(course, notebooks, db=False)
+        for stem in notebooks:
+            released = course / "release" / stem / f"{stem}.ipynb"
+            if not released.exists():
+                raise GradingError(f"nbgrader wrote no student version of {stem}.ipynb")
+            nb = _read(released)
+            target = into / f"{stem}.ipynb"
+            nbformat.write(nb, os.fspath(target))
+            written[stem] = target
+    return written
+
+
+def generate(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR, *, quiet: bool = False) -> list[Path]:
+    """Write ``exercises/<name>.ipynb`` for every ``solutions/<name>.ipynb``; remove stale ones."""
+    solutions, exercises = Path(solutions), Path(exercises)
+    notebooks = solution_notebooks(solutions)
+    exercises.mkdir(parents=True, exist_ok=True)
+    written = _release(notebooks, exercises)
+    for old in sorted(exercises.glob("*.ipynb")):
+        if old.stem not in notebooks:
+            old.unlink()
+            if not quiet:
+                print(f"removed {old} (no {solutions.name}/{old.name} any more)")
+    for path in written.values():
+        if not quiet:
+            print(f"wrote {path}")
+    if not notebooks and not quiet:
+        print(f"no notebooks in {solutions}: nothing to generate")
+    problems = _leaks(notebooks, exercises)
+    if problems:
+        raise GradingError("the generated exercises still hold solution text:\n  " + "\n  ".join(problems))
+    return list(written.values())
+
+
+# ------------------------------------------------------------------------------- check
+
+def _regions(source: str, begin: str, end: str) -> list[str]:
+    """Text between ``### BEGIN X`` and ``### END X`` lines (markers excluded)."""
+    out, current = [], None
+    for line in source.splitlines():
+        if begin in line:
+            current = []
+        elif end in line and current is not None:
+            out.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    if current:
+        out.append("\n".join(current))
+    return out
+
+
+def secret_regions(nb: Any) -> tuple[list[tuple[str, str]], str]:
+    """``([(what, text), ...], public_text)``: solution code/answers and hidden tests of a solution
+    notebook, and all the text that students may see (everything else)."""
+    secrets: list[tuple[str, str]] = []
+    public: list[str] = []
+    for index, cell in enumerate(nb.cells):
+        meta = _nbgrader_meta(cell)
+        name = meta.get("grade_id") or f"cell {index + 1}"
+        source = cell.get("source", "")
+        if meta.get("solution"):
+            found = _regions(source, "BEGIN SOLUTION", "END SOLUTION")
+            if found:
+                secrets += [(f"solution cell {name!r}", text) for text in found]
+                public.append(_outside(source, "BEGIN SOLUTION", "END SOLUTION"))
+            else:  # the whole cell is the answer (nbgrader replaces it by the stub)
+                secrets.append((f"solution cell {name!r}", source))
+        elif meta.get("grade") or meta.get("task") or meta.get("locked"):
+            found = _regions(source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+            secrets += [(f"hidden tests of {name!r}", text) for text in found]
+            public.append(_outside(source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"))
+        else:
+            public.append(source)
+    return secrets, "\n".join(public)
+
+
+def _outside(source: str, begin: str, end: str) -> str:
+    keep, inside = [], False
+    for line in source.splitlines():
+        if begin in line:
+            inside = True
+        elif end in line and inside:
+            inside = False
+        elif not inside:
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def _significant(line: str) -> bool:
+    """A line distinctive enough that finding it in an exercise means it leaked."""
+    text = line.strip()
+    return len(re.sub(r"[^A-Za-z0-9_]", "", text)) >= 5 and text not in _STUB_LINES
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _text_lines(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def _leaks(notebooks: dict[str, Path], exercises: Path) -> list[str]:
+    """Markers, solution code or hidden tests found in any file under ``exercises``."""
+    per_notebook: dict[str, list[tuple[str, str]]] = {}
+    for stem, path in notebooks.items():
+        secrets, public = secret_regions(_read(path))
+        allowed = _text_lines(public)
+        per_notebook[stem] = [
+            (what, line.strip()) for what, text in secrets for line in text.splitlines()
+            if _significant(line) and line.strip() not in allowed
+        ]
+    problems: list[str] = []
+    if not exercises.is_dir():
+        return problems
+    for path in sorted(p for p in exercises.rglob("*") if p.is_file()):
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        rel = _show(path)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files cannot carry code text we would recognise
+        if path.suffix == ".ipynb":
+            try:
+                text = "\n".join(_strings(json.loads(raw)))
+            except json.JSONDecodeError:
+                text = raw
+            candidates = per_notebook.get(path.stem) or [s for v in per_notebook.values() for s in v]
+        else:
+            text, candidates = raw, [s for v in per_notebook.values() for s in v]
+        for match in _MARKER.finditer(text):
+            line = text[:match.start()].count("\n") + 1
+            problems.append(f"{rel}: nbgrader marker '### {match.group(0)}' (line {line} of its text)")
+        present = _text_lines(text)
+        reported: set[tuple[str, str]] = set()
+        for what, line in candidates:
+            if line in present and (what, line) not in reported:
+                reported.add((what, line))
+                kind = "hidden test" if what.startswith("hidden") else "solution code"
+                problems.append(f"{rel}: {kind} leaked, {line!r} from the {what}")
+    return problems
+
+
+def _show(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _same_notebook(a: Path, b: Path) -> bool:
+    try:
+        return json.loads(a.read_text(encoding="utf-8")) == json.loads(b.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def check(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR) -> list[str]:
+    """Problems with ``exercises/`` (empty list: up to date and nothing leaked)."""
+    solutions, exercises = Path(solutions), Path(exercises)
+    notebooks = solution_notebooks(solutions)
+    problems: list[str] = []
+    existing = {p.stem: p for p in sorted(exercises.glob("*.ipynb"))} if exercises.is_dir() else {}
+    with tempfile.TemporaryDirectory(prefix="hpcnb-check-") as tmp:
+        try:
+            fresh = _release(notebooks, Path(tmp))
+        except GradingError as err:
+            return [str(err)]
+        for stem, path in fresh.items():
+            if stem not in existing:
+                problems.append(f"{_show(exercises / path.name)} is missing (solution {_show(notebooks[stem])})")
+            elif not _same_notebook(existing[stem], path):
+                problems.append(f"{_show(existing[stem])} is out of date with {_show(notebooks[stem])}")
+    for stem, path in existing.items():
+        if stem not in notebooks:
+            problems.append(f"{_show(path)} has no solution in {_show(solutions)} (stale)")
+    problems += _leaks(notebooks, exercises)
+    return problems
+
+
+# ------------------------------------------------------------------------- autograde
+
+@dataclass
+class CellGrade:
+    """One graded cell of one submission."""
+
+    name: str
+    score: float
+    max_score: float
+    error: str = ""  # the error's name when the cell failed (AssertionError, CellTimeoutError ...)
+
+
+@dataclass
+class NotebookGrade:
+    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole) or error."""
+
+    student: str
+    notebook: str
+    score: float
+    max_score: float
+    status: str = "graded"
+    cells: dict[str, CellGrade] = field(default_factory=dict)
+    feedback: Path | None = None
+    message: str = ""
+
+    @property
+    def timed_out_cells(self) -> list[str]:
+        return [c.name for c in self.cells.values() if c.error == "CellTimeoutError"]
+
+
+def _students(submissions: Path) -> list[Path]:
+    return sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def _code_cells(path: Path) -> int:
+    return sum(1 for c in _read(path).cells if c.cell_type == "code")
+
+
+def _cell_errors(autograded: Path) -> dict[str, str]:
+    """grade_id -> name of the error a graded cell raised, from an autograded notebook."""
+    errors: dict[str, str] = {}
+    if not autograded.exists():
+        return errors
+    for cell in _read(autograded).cells:
+        meta = _nbgrader_meta(cell)
+        if not meta.get("grade_id") or cell.cell_type != "code":
+            continue
+        names = [out.get("ename", "error") for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+        if names:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
+            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in names else names[0]
+    return errors
+
+
+def _read_grades(course: Path, assignment: str, student: str) -> tuple[float, float, dict[str, CellGrade]]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        try:
+            sub = gb.find_submission_notebook(assignment, assignment, student)
+        except MissingEntry:
+            nb = gb.find_notebook(assignment, assignment)
+            return 0.0, float(nb.max_score), {}
+        cells = {g.name: CellGrade(g.name, float(g.score or 0.0), float(g.max_score)) for g in sub.grades}
+        return float(sub.score or 0.0), float(sub.max_score), cells
+
+
+def _max_score(course: Path, assignment: str) -> float:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return float(gb.find_notebook(assignment, assignment).max_score)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: int,
+                         limit: float) -> tuple[str, str]:
+    """Autograde + feedback for one notebook in its own process group; (status, log tail)."""
+    argv = [sys.executable, "-m", "hpcnb.grading", "_grade-one", str(course), assignment, student,
+            "--timeout", str(timeout)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, _ = proc.communicate()
+        return "timeout", (out or "")[-4000:]
+    finally:
+        _kill_group(proc)  # a kernel the grader left behind
+    return ("graded" if proc.returncode == 0 else "error"), (out or "")[-4000:]
+
+
+def _grade_one(course: Path, assignment: str, student: str, timeout: int) -> int:
+    """The child process: nbgrader autograde, then generate_feedback, for one notebook."""
+    result = _run_converter("autograde", course, assignment, student, timeout=timeout)
+    print(result.get("log", ""))
+    if not result.get("success"):
+        print(result.get("error", ""), file=sys.stderr)
+        return 1
+    feedback = _run_converter("feedback", course, assignment, student)
+    print(feedback.get("log", ""))
+    if not feedback.get("success"):
+        print(feedback.get("error", ""), file=sys.stderr)
+        return 1
+    return 0
+
+
+def autograde(
+    submissions: Path,
+    out: Path,
+    *,
+    solutions: Path = SOLUTIONS_DIR,
+    timeout: int = DEFAULT_TIMEOUT,
+    notebooks: Iterable[str] | None = None,
+    quiet: bool = False,
+) -> list[NotebookGrade]:
+    """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
+
+    ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status), ``cells.csv`` (one
+    row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
+    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell.
+    """
+    submissions, out = Path(submissions), Path(out)
+    if not submissions.is_dir():
+        raise GradingError(f"{submissions}: no such folder (expected SUBMISSIONS/<student>/<notebook>.ipynb)")
+    sources = solution_notebooks(solutions)
+    if notebooks is not None:
+        wanted = set(notebooks)
+        unknown = wanted - set(sources)
+        if unknown:
+            raise GradingError(f"no solution for {', '.join(sorted(unknown))} in {solutions}")
+        sources = {k: v for k, v in sources.items() if k in wanted}
+    if not sources:
+        raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
+    students = _students(submissions)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    grades: list[NotebookGrade] = []
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
+        course = Path(tmp)
+        _build_source(course, sources)
+        for student_dir in students:
+            student = student_dir.name
+            for extra in sorted(student_dir.glob("*.ipynb")):
+                if extra.stem not in sources:
+                    say(f"{student}: ignoring {extra.name} (no solution notebook of that name)")
+            for stem, source in sources.items():
+                submitted = student_dir / f"{stem}.ipynb"
+                if not submitted.exists():
+                    max_score = _max_score(course, stem)
+                    grades.append(NotebookGrade(student, stem, 0.0, max_score, "missing",
+                                                message=f"no {stem}.ipynb submitted"))
+                    say(f"{student} {stem}: missing (0/{max_score:g})")
+                    continue
+                target = course / "submitted" / student / stem
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(submitted, target / f"{stem}.ipynb")
+                limit = timeout * (_code_cells(source) + 2) + 120
+                status, log = _grade_in_subprocess(course, stem, student, timeout, limit)
+                score, max_score, cells = _read_grades(course, stem, student)
+                autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
+                for name, ename in _cell_errors(autograded).items():
+                    if name in cells:
+                        cells[name].error = ename
+                grade = NotebookGrade(student, stem, score, max_score, status, cells)
+                if status != "graded":
+                    grade.score = 0.0
+                    grade.message = log.strip().splitlines()[-1] if log.strip() else status
+                    for cell in grade.cells.values():
+                        cell.score = 0.0
+                feedback = course / "feedback" / student / stem / f"{stem}.html"
+                if status == "graded" and feedback.exists():
+                    dest = out / "feedback" / student / f"{stem}.html"
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(feedback, dest)
+                    grade.feedback = dest
+                if autograded.exists():
+                    dest = out / "autograded" / student / f"{stem}.ipynb"
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(autograded, dest)
+                grades.append(grade)
+                timed = f", timed out: {', '.join(grade.timed_out_cells)}" if grade.timed_out_cells else ""
+                note = "" if status == "graded" else f" [{status}: {grade.message}]"
+                say(f"{student} {stem}: {grade.score:g}/{grade.max_score:g}{timed}{note}")
+        shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
+    _write_csv(out, grades)
+    return grades
+
+
+def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
+    with open(out / "grades.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "notebook", "score", "max_score", "status"])
+        for g in grades:
+            writer.writerow([g.student, g.notebook, f"{g.score:g}", f"{g.max_score:g}", g.status])
+    with open(out / "cells.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "notebook", "cell", "score", "max_score", "error"])
+        for g in grades:
+            for c in g.cells.values():
+                writer.writerow([g.student, g.notebook, c.name, f"{c.score:g}", f"{c.max_score:g}", c.error])
+
+
+# ------------------------------------------------------------------ wrong answers (tests)
+
+def _wrong_code(code: str) -> str:
+    """Code that defines the same names as ``code`` with wrong values (None), keeping imports."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except SyntaxError:
+        return "pass"
+    lines: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            lines.append(ast.unparse(node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines.append(f"def {node.name}(*args, **kwargs):\n    return None")
+        elif isinstance(node, ast.ClassDef):
+            lines.append(f"class {node.name}:\n    pass")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        lines.append(f"{name.id} = None")
+        elif isinstance(node, ast.Return):
+            lines.append("return None")
+    return "\n".join(lines) or "pass"
+
+
+def plant_wrong_answer(nb: Any, cell_index: int) -> Any:
+    """A copy of solution notebook ``nb`` whose answer in cell ``cell_index`` is wrong but runs:
+    every name it defines is None (functions return None); the markers stay, as in a submission."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    cell = nb.cells[cell_index]
+    source = cell.source
+    if "BEGIN SOLUTION" not in source:
+        cell.source = _wrong_code(source)
+        return nb
+    out, region, indent = [], None, ""
+    for line in source.splitlines():
+        if "BEGIN SOLUTION" in line:
+            region, indent = [], line[: len(line) - len(line.lstrip())]
+        elif "END SOLUTION" in line and region is not None:
+            out += [indent + wrong if wrong else wrong for wrong in _wrong_code("\n".join(region)).splitlines()]
+            region = None
+        elif region is not None:
+            region.append(line)
+        else:
+            out.append(line)
+    cell.source = "\n".join(out)
+    return nb
+
+
+# -------------------------------------------------------------------------------- CLI
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcnb.grading", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="write exercises/ (student versions) from solutions/")
+    chk = sub.add_parser("check", help="exit 1 unless exercises/ is up to date and holds no solution text")
+    for p in (gen, chk):
+        p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
+        p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
+    grade = sub.add_parser("autograde", help="grade SUBMISSIONS/<student>/<notebook>.ipynb")
+    grade.add_argument("submissions", type=Path)
+    grade.add_argument("--out", type=Path, default=Path("grades"))
+    grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
+    grade.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default 60)")
+    grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
+    one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
+    one.add_argument("course", type=Path)
+    one.add_argument("assignment")
+    one.add_argument("student")
+    one.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "generate":
+            generate(args.solutions, args.exercises)
+            return 0
+        if args.command == "check":
+            problems = check(args.solutions, args.exercises)
+            if problems:
+                print(f"{_show(args.exercises)} is not in order:", file=sys.stderr)
+                for problem in problems:
+                    print(f"  - {problem}", file=sys.stderr)
+                print("Fix: python -m hpcnb.grading generate (and commit exercises/)", file=sys.stderr)
+                return 1
+            count = len(solution_notebooks(args.solutions))
+            print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
+            return 0
+        if args.command == "autograde":
+            grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
+                               notebooks=args.notebooks)
+            print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
+                  f"feedback in {args.out / 'feedback'}")
+            return 0
+        return _grade_one(args.course, args.assignment, args.student, args.timeout)
+    except GradingError as err:
+        print(f"hpcnb.grading: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
