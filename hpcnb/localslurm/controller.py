@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from . import db, paths, procs, scheduler
 from .cluster import load_cluster
@@ -36,11 +38,27 @@ LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
 
 
+@contextmanager
+def socket_address() -> Iterator[str]:
+    """The controller socket's address. A state directory too deep for AF_UNIX's 108 bytes is
+    reached through /proc/self/fd (a descriptor of the directory), so any path works."""
+    path = str(paths.socket_path())
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(paths.state_dir(), os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{paths.socket_path().name}"
+    finally:
+        os.close(fd)
+
+
 def poke(start: bool = True) -> bool:
     """Wake the controller; start it if it is not running (and ``start``). True if one was reached."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        sock.sendto(b"w", str(paths.socket_path()))
+        with socket_address() as address:
+            sock.sendto(b"w", address)
         return True
     except (FileNotFoundError, ConnectionRefusedError):
         pass
@@ -139,7 +157,8 @@ class Controller:
             os.unlink(path)
         old = os.umask(0o077)
         try:
-            sock.bind(path)
+            with socket_address() as address:
+                sock.bind(address)
         finally:
             os.umask(old)
         sock.setblocking(False)
