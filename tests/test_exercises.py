@@ -1,0 +1,220 @@
+"""The exercise notebooks in solutions/ (nbgrader format).
+
+For every notebook there:
+
+* its nbgrader metadata is well formed (solution cells with BEGIN/END SOLUTION markers,
+  locked test cells with points, unique grade ids, at least two graded exercises);
+* executed as it is (python3 kernel, the session's private local Slurm on PATH), every
+  graded test cell passes;
+* the student version — each solution region replaced by ``raise NotImplementedError()`` (or
+  "YOUR ANSWER HERE" in markdown) and hidden tests removed, as nbgrader's ClearSolutions and
+  ClearHiddenTests do — fails every graded test cell.
+
+The student version is made with nbgrader's own preprocessors when nbgrader is installed
+(the ``instructor`` extra), otherwise with the equivalent :func:`student_version` below; a
+test checks that both give the same notebook.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))
+
+BEGIN_SOLUTION, END_SOLUTION = "BEGIN SOLUTION", "END SOLUTION"
+BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+TEXT_STUB = "YOUR ANSWER HERE"
+EXECUTE_TIMEOUT_S = 180  # per cell
+
+
+def grading(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_solution(cell) -> bool:
+    return bool(grading(cell).get("solution"))
+
+
+def is_graded_test(cell) -> bool:
+    meta = grading(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _replace_region(source: str, begin: str, end: str, stub: str | None) -> tuple[str, bool]:
+    """Replace every begin..end region (marker lines included) by ``stub`` (None: drop it)."""
+    out: list[str] = []
+    inside = found = False
+    for line in source.split("\n"):
+        if begin in line:
+            assert not inside, f"nested {begin!r}"
+            inside = found = True
+            if stub is not None:
+                indent = line[: len(line) - len(line.lstrip())]
+                out.extend(indent + s for s in stub.split("\n"))
+        elif end in line:
+            assert inside, f"{end!r} without {begin!r}"
+            inside = False
+        elif not inside:
+            out.append(line)
+    assert not inside, f"{begin!r} without {end!r}"
+    return "\n".join(out), found
+
+
+def student_version(nb):
+    """The notebook a student gets: solutions cleared, hidden tests removed, outputs cleared."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+        if is_solution(cell):
+            cell.source, found = _replace_region(cell.source, BEGIN_SOLUTION, END_SOLUTION, stub)
+            if not found:
+                cell.source = stub
+        if is_graded_test(cell):
+            cell.source, _ = _replace_region(cell.source, BEGIN_HIDDEN, END_HIDDEN, None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def nbgrader_student_version(nb):
+    """The same, made by nbgrader's ClearSolutions and ClearHiddenTests."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+
+    nb = copy.deepcopy(nb)
+    nb, _ = ClearSolutions().preprocess(nb, {})
+    nb, _ = ClearHiddenTests().preprocess(nb, {})
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def execute(nb, workdir: Path):
+    """Run every cell (errors recorded in the outputs, execution goes on) with cwd ``workdir``."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, kernel_name="python3", timeout=EXECUTE_TIMEOUT_S, allow_errors=True,
+                            resources={"metadata": {"path": str(workdir)}})
+    client.execute()
+    return nb
+
+
+def error_of(cell) -> str | None:
+    """'Name: value' of the error a code cell raised, or None."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return f"{out.get('ename')}: {out.get('evalue')}"
+    return None
+
+
+def label(cell) -> str:
+    return grading(cell).get("grade_id", cell.get("id", "?"))
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def notebook(request) -> Path:
+    return request.param
+
+
+def test_there_are_exercise_notebooks():
+    assert len(NOTEBOOKS) >= 3, f"expected an exercise notebook per lesson in {ROOT / 'solutions'}"
+
+
+def test_nbgrader_metadata(notebook: Path):
+    nb = nbformat.read(notebook, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    ids = [label(c) for c in nb.cells if grading(c)]
+    assert len(ids) == len(set(ids)), f"duplicate grade_id in {notebook.name}"
+    tests = [c for c in nb.cells if is_graded_test(c)]
+    assert len(tests) >= 2, "at least two graded exercises"
+    for cell in nb.cells:
+        meta = grading(cell)
+        if not is_solution(cell):
+            assert BEGIN_SOLUTION not in cell.source, f"solution marker outside a solution cell: {cell.source[:60]!r}"
+        if not meta:
+            continue
+        assert meta.get("schema_version") == 3 and meta.get("grade_id"), label(cell)
+        if is_solution(cell):
+            assert meta.get("locked") is False and meta.get("grade") is False, label(cell)
+            if cell.cell_type == "code":
+                assert f"### {BEGIN_SOLUTION}" in cell.source and f"### {END_SOLUTION}" in cell.source, label(cell)
+        if is_graded_test(cell):
+            assert meta.get("locked") is True and meta.get("points", 0) > 0, label(cell)
+            assert re.search(r"^\s*assert\b", cell.source, re.MULTILINE), f"{label(cell)} has no assert"
+    # every graded test follows a solution cell
+    seen_solution = False
+    for cell in nb.cells:
+        if is_solution(cell):
+            seen_solution = True
+        elif is_graded_test(cell):
+            assert seen_solution, f"{label(cell)} tests nothing a student writes"
+            seen_solution = False
+
+
+def test_student_version_matches_nbgrader(notebook: Path):
+    pytest.importorskip("nbgrader")
+    nb = nbformat.read(notebook, as_version=4)
+    ours = [c.source for c in student_version(nb).cells]
+    theirs = [c.source for c in nbgrader_student_version(nb).cells]
+    assert ours == theirs
+
+
+def _student(nb):
+    try:
+        return nbgrader_student_version(nb)
+    except ImportError:
+        return student_version(nb)
+
+
+@pytest.mark.slow
+def test_solutions_pass_every_test(notebook: Path, tmp_path: Path):
+    nb = execute(nbformat.read(notebook, as_version=4), tmp_path)
+    failed = {label(c): error_of(c) for c in nb.cells if is_graded_test(c) and error_of(c)}
+    assert not failed, f"{notebook.name}: test cells failed with the solutions in place: {failed}"
+    broken = {c.get("id"): error_of(c) for c in nb.cells if c.cell_type == "code" and error_of(c)}
+    assert not broken, f"{notebook.name}: cells raised errors: {broken}"
+
+
+@pytest.mark.slow
+def test_student_version_fails_every_test(notebook: Path, tmp_path: Path):
+    student = _student(nbformat.read(notebook, as_version=4))
+    assert any(CODE_STUB in c.source for c in student.cells), "no solution was cleared"
+    nb = execute(student, tmp_path)
+    passed = [label(c) for c in nb.cells if is_graded_test(c) and not error_of(c)]
+    assert not passed, f"{notebook.name}: test cells pass without a solution: {passed}"
+
+
+def test_student_version_clears_regions():
+    """The clearing itself, on a small made-up notebook."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 1\n    ### BEGIN SOLUTION\n    y = 2\n    ### END SOLUTION\nprint(y)",
+                                  metadata={"nbgrader": {"solution": True, "grade": False, "grade_id": "a",
+                                                         "locked": False, "schema_version": 3}}),
+        nbformat.v4.new_markdown_cell("no markers here",
+                                      metadata={"nbgrader": {"solution": True, "grade": False, "grade_id": "b",
+                                                             "locked": False, "schema_version": 3}}),
+        nbformat.v4.new_code_cell("assert y == 2\n### BEGIN HIDDEN TESTS\nassert y > 1\n### END HIDDEN TESTS",
+                                  metadata={"nbgrader": {"solution": False, "grade": True, "grade_id": "c",
+                                                         "points": 1, "locked": True, "schema_version": 3}}),
+    ])
+    student = student_version(nb)
+    assert student.cells[0].source == "x = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\nprint(y)"
+    assert student.cells[1].source == TEXT_STUB
+    assert student.cells[2].source == "assert y == 2"
+    if _has_nbgrader():
+        assert [c.source for c in nbgrader_student_version(nb).cells] == [c.source for c in student.cells]
+
+
+def _has_nbgrader() -> bool:
+    try:
+        import nbgrader  # noqa: F401
+    except ImportError:
+        return False
+    return True
