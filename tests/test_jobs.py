@@ -1,7 +1,8 @@
 """hpcnb.jobs end to end: every call goes through the local Slurm's commands (see conftest.py)."""
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -270,3 +271,15 @@ def test_progress_bar_shows_the_job_and_its_state(workdir: Path, capfd: pytest.C
     assert job.wait(timeout=WAIT) == "COMPLETED"
     err = capfd.readouterr().err
     assert f"job {job.id}" in err and "COMPLETED" in err and "1/1 done" in err
+
+
+def test_job_api_talks_to_slurm_only_through_its_commands(workdir: Path) -> None:
+    code = (
+        "import sys\nfrom hpcnb.jobs import submit\n"
+        "job = submit(wrap='echo ok')\nassert job.wait(quiet=True) == 'COMPLETED', job.state\n"
+        "job.accounting(); job.tail(); job.nodes\n"
+        "heavy = [m for m in sys.modules if m.startswith(('hpcnb.localslurm', 'torch', 'matplotlib', 'ipywidgets'))]\n"
+        "assert not heavy, heavy\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
