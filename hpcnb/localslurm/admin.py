@@ -312,6 +312,25 @@ def preempt(job_id: int) -> int:
     return 0
 
 
+def slow_node(node: str, factor_text: str) -> int:
+    """Make srun tasks on one virtual node run ``factor`` times slower (1 = normal), for straggler lessons."""
+    from .commands.common import open_cluster
+
+    conn, cluster = open_cluster()
+    try:
+        factor = float(factor_text)
+    except ValueError:
+        factor = 0.0
+    if node not in cluster.nodes or not 1 <= factor <= 20:
+        print(f"hpcnb slurm slow-node: need a node of {', '.join(cluster.nodes)} and a factor from 1 to 20",
+              file=sys.stderr)
+        return 1
+    with db.transaction(conn):
+        db.set_meta(conn, f"slow:{node}", str(factor))
+    print(f"srun tasks on {node} now run {factor:g}x slower" if factor > 1 else f"{node} runs at full speed")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     try:
         return _main(argv)
@@ -345,6 +364,8 @@ def _main(argv: list[str]) -> int:
     if verb == "recover":
         print(recover())
         return 0
+    if verb == "slow-node" and len(argv) == 3:
+        return slow_node(argv[1], argv[2])
     if verb == "preempt" and len(argv) == 2 and argv[1].isdigit():
         return preempt(int(argv[1]))
     print(f"hpcnb slurm: unknown command {' '.join(argv)!r}", file=sys.stderr)

@@ -9,6 +9,7 @@ import threading
 import time
 
 import hostlist
+import psutil
 
 from hpcnb.slurm_options import OptionError
 
@@ -66,6 +67,7 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
         )
     step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task}
     port = random.randint(30000, 60000)
+    slow = {p["node"]: float(db.get_meta(conn, f"slow:{p['node']}", "1") or 1) for p in placed}
     pids, threads = [], []
     proc_id = 0
     for index, part in enumerate(placed):
@@ -81,11 +83,29 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             else:
                 pid = procs.spawn(argv, env, os.getcwd(), (0, 1, 2), False, "SLURM_TASK_PID", "srun")
             pids.append((pid, part["node"], proc_id))
+            if slow[part["node"]] > 1:
+                threading.Thread(target=_throttle, args=(pid, slow[part["node"]]), daemon=True).start()
             proc_id += 1
     return step, pids, threads
 
 
 _print_lock = threading.Lock()
+THROTTLE_PERIOD_S = 0.02
+
+
+def _throttle(pid: int, factor: float) -> None:
+    """A slow node, for real: the task's processes run 1/factor of the time (SIGSTOP/SIGCONT duty cycle)."""
+    running = THROTTLE_PERIOD_S / factor
+    while procs.alive(pid, None):
+        time.sleep(running)
+        tree = [*procs.descendants(pid)]
+        try:
+            tree.append(psutil.Process(pid))
+        except psutil.Error:
+            return
+        procs.send(tree, signal.SIGSTOP)
+        time.sleep(THROTTLE_PERIOD_S - running)
+        procs.send(tree, signal.SIGCONT)
 
 
 def _relay(fd: int, task: int) -> None:
