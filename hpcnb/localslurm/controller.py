@@ -20,19 +20,18 @@ import select
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import db, paths, procs, scheduler
+from . import db, paths, procs
 from .cluster import load_cluster
 
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
 IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
 CHECK_EVERY_S = 1.0
+RESCHEDULE_S = 5.0  # a scheduling pass at least this often, even when nothing woke us
 LAUNCH_GRACE_S = 10.0  # how long a scheduled job may wait for its supervisor to claim it
 LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
@@ -100,6 +99,8 @@ def ensure_running() -> None:
 
 
 def start_controller() -> None:
+    import subprocess
+
     fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         subprocess.Popen(
@@ -179,17 +180,26 @@ class Controller:
         return True
 
     def run(self) -> None:
+        """Schedule when something happened (a wake-up datagram, a job found dead, a begin time
+        reached) and every RESCHEDULE_S as a safety net, not in a busy loop: a queue of a thousand
+        held jobs costs nothing while nothing changes."""
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGCHLD, lambda *_: None)
         next_check = 0.0
+        next_pass = 0.0  # schedule at once on start
         while True:
             try:
                 self._reap()
-                self._launch_all(self._schedule())
                 now = time.time()
+                if now >= next_pass:
+                    self._launch_all(self._schedule())
+                    now = time.time()
+                    next_pass = min(now + RESCHEDULE_S, self._next_begin(now))
                 if now >= next_check:
                     next_check = now + CHECK_EVERY_S
-                    busy = self._check_liveness()
+                    busy, changed = self._check_liveness()
+                    if changed:
+                        next_pass = 0.0
                     if busy:
                         self.last_busy = now
                     elif now - self.last_busy > IDLE_EXIT_S and self._may_exit():
@@ -199,20 +209,33 @@ class Controller:
                     log(f"controller: stopping, the state file is damaged: {err}")
                     raise SystemExit(1) from None
                 self._trouble(err)
+                next_pass = 0.0
             except Exception as err:  # noqa: BLE001 - keep scheduling; the log tells what went wrong
                 self._trouble(err)
+                next_pass = 0.0
             try:
-                ready, _, _ = select.select([self.sock], [], [], max(0.0, next_check - time.time()))
+                wait = min(next_check, next_pass) - time.time()
+                ready, _, _ = select.select([self.sock], [], [], max(0.0, wait))
             except InterruptedError:
                 ready = []
             if ready:
                 self._drain()
+                next_pass = 0.0
+
+    def _next_begin(self, now: float) -> float:
+        """When the next pending job's begin time (a requeue's, say) comes; infinity if none."""
+        row = self.conn.execute(
+            "SELECT MIN(eligible_time) FROM jobs WHERE state='PENDING' AND eligible_time > ?", (now,)
+        ).fetchone()
+        return row[0] if row and row[0] else float("inf")
 
     def _trouble(self, err: BaseException) -> None:
         """Log an unexpected error (the first few times) and back off a little; never die of it."""
         key = f"{type(err).__name__}: {err}"
         self.errors[key] = self.errors.get(key, 0) + 1
         if self.errors[key] <= 3:
+            import traceback
+
             log("controller: " + "".join(traceback.format_exception(err)).rstrip())
         try:
             self.conn.execute("ROLLBACK")
@@ -237,6 +260,8 @@ class Controller:
                 return
 
     def _schedule(self) -> list[dict]:
+        from . import scheduler
+
         with db.transaction(self.conn):
             return scheduler.schedule(self.conn, self.cluster)
 
@@ -268,15 +293,16 @@ class Controller:
             finally:
                 os._exit(1)
 
-    def _check_liveness(self) -> bool:
+    def _check_liveness(self) -> tuple[bool, bool]:
         """Fail jobs whose supervisor died (NODE_FAIL); requeue launches that never happened;
-        release allocations whose owner died. Returns whether any job is pending or running."""
+        release allocations whose owner died. Returns (any job pending or running, anything changed)."""
         rows = self.conn.execute(
             "SELECT id, kind, state, start_time, supervisor_pid, supervisor_ctime, batch_pid FROM jobs "
             "WHERE state='RUNNING' OR (state='PENDING' AND kind!='batch')"
         ).fetchall()
         busy = bool(rows) or bool(self.conn.execute("SELECT 1 FROM jobs WHERE state='PENDING' LIMIT 1").fetchone())
         now = time.time()
+        changed = False
         for job in map(dict, rows):
             if procs.alive(job["supervisor_pid"], job["supervisor_ctime"]):
                 continue
@@ -284,12 +310,13 @@ class Controller:
                 # scheduled, but no supervisor claimed it (yet): a controller died between the two?
                 since = max(job["start_time"] or now, self.started_at if job["start_time"] else now)
                 if now - since >= LAUNCH_GRACE_S:
-                    self._requeue_unlaunched(job, now)
+                    changed |= self._requeue_unlaunched(job, now)
                 continue
             self._fail(job, now)
-        return busy
+            changed = True
+        return busy, changed
 
-    def _requeue_unlaunched(self, job: dict, now: float) -> None:
+    def _requeue_unlaunched(self, job: dict, now: float) -> bool:
         with db.transaction(self.conn):
             done = self.conn.execute(
                 "UPDATE jobs SET state='PENDING', reason='None', start_time=NULL, alloc=NULL, nodelist=NULL, "
@@ -297,6 +324,7 @@ class Controller:
             ).rowcount
         if done:
             log(f"controller: job {job['id']} was scheduled but never launched; back to PENDING")
+        return bool(done)
 
     def _fail(self, job: dict, now: float) -> None:
         leftovers = procs.job_processes(job["id"], str(paths.state_dir()))

@@ -6,7 +6,18 @@ import os
 import signal
 from collections.abc import Iterable
 
-import psutil
+
+class _LazyPsutil:
+    """psutil, imported on first use: most commands (sbatch, squeue...) never need it."""
+
+    def __getattr__(self, name: str):
+        import psutil as real
+
+        globals()["psutil"] = real
+        return getattr(real, name)
+
+
+psutil = _LazyPsutil()
 
 _PR_SET_CHILD_SUBREAPER = 36
 
