@@ -36,6 +36,14 @@ class Cluster:
     kill_wait_s: int
     slurm_tmpdir: bool
     account_required: bool
+    account_directive: str | None  # e.g. "--account=def-<PI>" or "--comment=<project>"
+
+    @property
+    def account_option(self) -> str | None:
+        """The long option a job must set when the site requires a project ("account", "comment")."""
+        if not self.account_directive:
+            return None
+        return self.account_directive.lstrip("-").split("=", 1)[0].split(" ", 1)[0]
 
     @property
     def default_partition(self) -> Partition:
@@ -71,4 +79,5 @@ def load_cluster(profile_name: str = "local") -> Cluster:
         kill_wait_s=profile.kill_wait_s,
         slurm_tmpdir=profile.slurm_tmpdir,
         account_required=profile.account_required,
+        account_directive=profile.account_directive,
     )

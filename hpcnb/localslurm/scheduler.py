@@ -80,13 +80,13 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
     for j in running:
         if j["array_job_id"] is not None:
             running_per_array[j["array_job_id"]] = running_per_array.get(j["array_job_id"], 0) + 1
-    pending = db.jobs_where(conn, "state='PENDING'", order="COALESCE(array_job_id, id), array_task_id")
+    pending = _pending(conn)
     started = []
     blocked = False
     now = db.now()
     for job in pending:
         reason = _wait_reason(conn, cluster, job, running_per_array, now)
-        req = JobRequest.from_json(job["req"])
+        req = job["request"]
         if reason == "DependencyNeverSatisfied" and req.kill_on_invalid_dep:
             conn.execute(
                 "UPDATE jobs SET state='CANCELLED', reason=?, end_time=? WHERE id=?", (reason, now, job["id"])
@@ -118,6 +118,32 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
             running_per_array[job["array_job_id"]] = running_per_array.get(job["array_job_id"], 0) + 1
         started.append(job)
     return started
+
+
+# A job's request never changes once queued: parse each one once per controller, not once per pass.
+_REQUESTS: dict[int, tuple[dict[str, Any], JobRequest]] = {}
+
+
+def _pending(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT id, array_job_id, array_task_id, array_throttle, name, uid, partition, kind, reason, held, "
+        "eligible_time, time_limit, req FROM jobs WHERE state='PENDING' "
+        "ORDER BY COALESCE(array_job_id, id), array_task_id"
+    ).fetchall()
+    jobs = []
+    for row in rows:
+        job = dict(row)
+        cached = _REQUESTS.get(job["id"])
+        if cached is None:
+            data = json.loads(job["req"])
+            cached = _REQUESTS[job["id"]] = (data, JobRequest.from_json(data))
+        job["req"], job["request"] = cached
+        jobs.append(job)
+    if len(_REQUESTS) > 4 * len(jobs) + 1000:
+        keep = {j["id"] for j in jobs}
+        for job_id in [i for i in _REQUESTS if i not in keep]:
+            del _REQUESTS[job_id]
+    return jobs
 
 
 def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array: dict[int, int], now: float) -> str | None:

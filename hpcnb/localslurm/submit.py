@@ -68,10 +68,11 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
         partition = partition.split(",")[0]
     if partition not in cluster.partitions:
         raise SubmitError("Invalid partition name specified", f"invalid partition specified: {partition}")
-    if cluster.account_required and not req.account:
+    option = cluster.account_option
+    if cluster.account_required and option and option not in req.given:
         raise SubmitError(
             "Invalid account or account/partition combination specified",
-            "You have to specify an account for your slurm jobs with --account option.",
+            f"You have to specify a project for your jobs with --{option} (e.g. {cluster.account_directive}).",
         )
     why = never_fits(req, cluster, partition)
     if why == "Memory specification can not be satisfied":
