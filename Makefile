@@ -66,17 +66,21 @@ lab: setup
 # Every test.  pytest's exit code 5 means "no tests collected"; it is reported
 # but not treated as a failure, so that a suite part that is still empty
 # (e.g. no notebooks yet) does not break the run.
-define pytest
-	@echo "== pytest $(1)"; \
+define pytest-cmd
+echo "== pytest $(1)"; \
 	rc=0; HPCNB_SLURM=local $(VENV)/bin/python -m pytest $(1) || rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "make test: WARNING: no tests collected by: pytest $(1)"; \
 	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
 endef
+define pytest
+	@$(call pytest-cmd,$(1))
+endef
 
 test: setup
-	$(call pytest,)
-# --- Notebook runs (nbval) over notebooks/ and solutions/ go here, one line
-# --- each, tab-indented, e.g.:  $$(call pytest,--nbval-lax notebooks/)
+	$(call pytest,-n 2 --dist loadfile tests)
+	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
+	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
+	 $(call pytest-cmd,-n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks solutions)
 
 real-slurm-up:
 	bash ci/real-slurm.sh up
