@@ -29,6 +29,9 @@ def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dic
     nodes = job["alloc"]
     per_task = req.cpus_per_task or 1
     ntasks = req.ntasks or (req.nodes_min or len(nodes)) * req.ntasks_per_node if req.ntasks_per_node else req.ntasks
+    if not ntasks and req.cpus_per_task and not inherited_ntasks:
+        # srun -c without -n (and no SLURM_NTASKS): as many tasks as the CPUs allow, as Slurm does
+        ntasks = sum(p["cpus"] // per_task for p in nodes[: req.nodes_min or len(nodes)]) or 1
     if not ntasks:
         ntasks = inherited_ntasks or (req.nodes_min or len(nodes))
     count = req.nodes_min or min(len(nodes), ntasks)
@@ -46,7 +49,9 @@ def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dic
         extra = min(cap - 1, left)
         tasks[i] += extra
         left -= extra
-    return [{"node": p["node"], "tasks": t, "cpus": t * per_task, "alloc": p} for p, t in zip(used, tasks)]
+    # without -c (which implies --exact) a step may use every CPU the job has on its nodes
+    return [{"node": p["node"], "tasks": t, "cpus": t * per_task if req.cpus_per_task else p["cpus"], "alloc": p}
+            for p, t in zip(used, tasks)]
 
 
 def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[str], base_env: dict[str, str],
