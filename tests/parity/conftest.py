@@ -39,7 +39,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
     local = Side("local", tmp_path_factory.mktemp("parity-local"),
                  {**harness.clean_env(f"{local_bin}:{rest}"), **common}, state)
     real = Side("real", tmp_path_factory.mktemp("parity-real"), {**harness.clean_env(rest), **common})
-    _seed_local_ids(state, 100001)
+    _seed_local_ids(state, _real_next_id(real))
     yield {"local": local, "real": real}
     for side in (local, real):  # only the jobs this suite submitted
         if side.submitted:
@@ -48,8 +48,16 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
                    capture_output=True, timeout=60)
 
 
+def _real_next_id(real: Side) -> int:
+    """About the real Slurm's next job id (the highest it has recorded, plus one)."""
+    res = real.run(["sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-S", "2000-01-01"], real.root, timeout=60)
+    ids = [int(x) for x in res.stdout.split() if x.isdigit()]
+    return max(ids, default=0) + 1
+
+
 def _seed_local_ids(state: Path, first: int) -> None:
-    """Start the local job ids far from the real ones, so no normalisation can mix them up."""
+    """Start the local job ids where the real ones are, so fixed-width columns line up alike
+    (each side's ids are normalised on their own: they may overlap)."""
     from hpcnb.localslurm import db
 
     conn = db.connect(state / "slurm.db")
