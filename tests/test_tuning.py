@@ -1,0 +1,248 @@
+"""Tests for hpcnb.tuning: CPUs and workers from Slurm, device choice, real measurements, rows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcnb import tuning as tu
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- CPUs and workers
+
+def test_workers_come_from_slurm_cpus_per_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)  # the whole node: never the answer
+    assert tu.dataloader_workers({"SLURM_CPUS_PER_TASK": "3"}) == 3
+    assert tu.dataloader_workers({"SLURM_CPUS_PER_TASK": "3"}, reserve=1) == 2
+    assert tu.dataloader_workers({"SLURM_CPUS_PER_TASK": "1"}, reserve=1) == 0
+    assert tu.cpus_for_job({"SLURM_CPUS_PER_TASK": " 8 "}) == 8
+
+
+def test_without_slurm_the_affinity_mask_counts_not_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5, 7})
+    assert tu.cpus_for_job({}) == 3
+    assert tu.dataloader_workers({"SLURM_CPUS_PER_TASK": ""}) == 3
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert tu.dataloader_workers() == 3
+
+
+def test_bad_slurm_cpus_per_task_is_an_error() -> None:
+    with pytest.raises(ValueError, match="SLURM_CPUS_PER_TASK"):
+        tu.cpus_for_job({"SLURM_CPUS_PER_TASK": "two"})
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_workers_inside_a_real_job_step_follow_cpus_per_task(cpus: int, tmp_path: Path) -> None:
+    code = "from hpcnb.tuning import dataloader_workers, cpus_for_job; print(cpus_for_job(), dataloader_workers())"
+    out = subprocess.run(["srun", "-c", str(cpus), sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(cpus), str(cpus)]
+
+
+def test_import_hpcnb_tuning_does_not_import_torch() -> None:
+    code = "import sys, hpcnb.tuning, hpcnb.precision; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# --------------------------------------------------------------------------- device choice
+
+def test_gpu_is_used_only_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tu.device() == "cpu"
+    assert tu.precisions("cpu") == ["fp32", "bf16"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert tu.device() == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert tu.precisions("cuda") == ["fp32", "fp16"]
+
+
+def test_fp16_is_refused_on_cpu() -> None:
+    with pytest.raises(ValueError, match="fp16"):
+        tu.measure_step(tu.Config(batch_size=4, precision="fp16"), dev="cpu")
+
+
+# --------------------------------------------------------------------------- data and model
+
+def test_synthetic_images_are_deterministic_and_shaped() -> None:
+    import torch
+
+    ds = tu.SyntheticImages(n=20, size=16, classes=4, work=2, seed=3)
+    x1, y1 = ds[7]
+    x2, y2 = tu.SyntheticImages(n=20, size=16, classes=4, work=2, seed=3)[7]
+    assert x1.shape == (3, 16, 16) and x1.dtype == torch.float32
+    assert torch.equal(x1, x2) and y1 == y2
+    assert {ds[i][1] for i in range(20)} <= set(range(4))
+    assert abs(float(x1.mean())) < 1e-5  # normalised
+    with pytest.raises(IndexError):
+        ds[20]
+    model = tu.make_model(size=16, classes=4)
+    assert model(x1[None]).shape == (1, 4)
+
+
+def test_loader_leaves_out_worker_options_without_workers() -> None:
+    ds = tu.SyntheticImages(n=16, work=0)
+    cfg = tu.Config(batch_size=4, persistent_workers=True, prefetch_factor=4)
+    loader = tu.make_loader(ds, cfg)  # would raise in torch if the options were passed
+    assert loader.num_workers == 0 and len(loader) == 4
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        tu.make_loader(ds, cfg.replace(batch_size=32))
+
+
+# --------------------------------------------------------------------------- real measurements
+
+def test_measure_step_and_loop_return_positive_throughput() -> None:
+    step = tu.measure_step(tu.Config(batch_size=8, threads=1), dev="cpu", seconds=0.05)
+    assert step["status"] == "ok" and step["samples_per_s"] > 0 and step["samples"] >= 16
+    assert step["threads"] == 1 and step["measure"] == "step"
+    ds = tu.SyntheticImages(n=40, work=1)
+    loop = tu.measure_loop(tu.Config(batch_size=8, num_workers=1, persistent_workers=True), ds,
+                           dev="cpu", epochs=2, setting="x")
+    assert loop["samples"] == 80 and loop["seconds"] > 0 and loop["samples_per_s"] > 0
+    assert loop["num_workers"] == 1 and loop["setting"] == "x"
+
+
+def test_threads_setting_is_restored_after_a_measurement() -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    tu.measure_step(tu.Config(batch_size=4, threads=1), dev="cpu", seconds=0.01)
+    assert torch.get_num_threads() == before
+
+
+def test_batch_sweep_measures_each_size() -> None:
+    rows = tu.sweep_batch_size(tu.Config(), sizes=[4, 8], dev="cpu", seconds=0.02)
+    assert [r["batch_size"] for r in rows] == [4, 8]
+    assert all(r["samples_per_s"] > 0 and r["experiment"] == "batch_size" for r in rows)
+
+
+def test_batch_sweep_stops_at_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    real = tu._measure_step
+
+    def fake(cfg, **kw):
+        if cfg.batch_size >= 16:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(tu, "_measure_step", fake)
+    rows = tu.sweep_batch_size(tu.Config(), sizes=[4, 8, 16, 32], dev="cpu", seconds=0.01)
+    assert [r["status"] for r in rows] == ["ok", "ok", "OOM"]
+    assert "out of memory at batch 16" in rows[-1]["note"]
+    assert tu.pick_batch(rows, tolerance=1.0) == 4  # OOM rows are never picked
+
+
+def test_other_errors_are_not_mistaken_for_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(cfg, **kw):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(tu, "_measure_step", broken)
+    with pytest.raises(RuntimeError, match="shapes"):
+        tu.sweep_batch_size(tu.Config(), sizes=[4], dev="cpu")
+
+
+def test_profile_split_and_ops() -> None:
+    ds = tu.SyntheticImages(n=32, work=2)
+    cfg = tu.Config(batch_size=8)
+    rows = tu.profile_split(cfg, ds, dev="cpu", batches=2)
+    assert [r["setting"] for r in rows] == ["data loading only", "model step only", "training loop"]
+    assert all(r["seconds"] > 0 for r in rows)
+    ops = tu.profile_ops(cfg, ds, dev="cpu", steps=2, top=5)
+    names = [o["name"] for o in ops]
+    assert names[:2] == ["[data] (whole range)", "[step] (whole range)"]
+    assert len(ops) == 7 and all(o["self_ms"] >= 0 for o in ops)
+    assert sum(o["share"] for o in ops[:2]) == pytest.approx(1.0)
+
+
+def test_loader_options_on_cpu_skip_pin_memory_and_worker_options() -> None:
+    ds = tu.SyntheticImages(n=16, work=0)
+    rows = tu.compare_loader_options(tu.Config(batch_size=8), ds, dev="cpu", epochs=1)
+    by = {r["setting"]: r for r in rows}
+    assert by["current"]["status"] == "ok"
+    assert by["pin_memory=True"]["status"] == "skipped" and "GPU" in by["pin_memory=True"]["note"]
+    assert by["persistent_workers=True"]["status"] == "skipped"
+    rows = tu.compare_loader_options(tu.Config(batch_size=8, num_workers=1), ds, dev="cpu", epochs=1)
+    assert {r["setting"]: r["status"] for r in rows}["persistent_workers=True"] == "ok"
+
+
+def test_workers_sweep_shares_cpus_between_workers_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "2")
+    ds = tu.SyntheticImages(n=16, work=0)
+    rows = tu.sweep_workers(tu.Config(batch_size=8), ds, dev="cpu", epochs=1)
+    assert [(r["num_workers"], r["threads"]) for r in rows] == [(0, 2), (1, 1), (2, 1)]
+
+
+def test_precision_rows_on_cpu() -> None:
+    ds = tu.SyntheticImages(n=16, work=0)
+    rows = tu.compare_precision(tu.Config(batch_size=8), ds, dev="cpu", epochs=1)
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    assert all(r["samples_per_s"] > 0 for r in rows)
+
+
+def test_compile_is_skipped_with_a_note_when_unavailable_or_over_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = tu.SyntheticImages(n=16, work=0)
+    rows = tu.measure_compile(tu.Config(batch_size=8), ds, dev="cpu", budget_s=0.5)
+    assert len(rows) == 1 and rows[0]["status"] == "skipped" and "budget" in rows[0]["note"]
+    monkeypatch.setattr(tu, "compile_available", lambda: (False, "no C++ compiler"))
+    rows = tu.measure_compile(tu.Config(batch_size=8), ds, dev="cpu")
+    assert rows[0]["status"] == "skipped" and "unavailable: no C++ compiler" in rows[0]["note"]
+
+
+# --------------------------------------------------------------------------- choosing and storing
+
+def _rows(*rates: float, experiment: str = "x") -> list[dict]:
+    return [tu._row(experiment, str(i), "loop", tu.Config(num_workers=i), "cpu", samples_per_s=r)
+            for i, r in enumerate(rates)]
+
+
+def test_best_config_needs_a_clear_gain_over_the_current_setting() -> None:
+    assert tu.best_config(_rows(100, 104, 90)).num_workers == 0   # +4 %: noise, keep current
+    assert tu.best_config(_rows(100, 104, 130)).num_workers == 2
+    assert tu.best_config(_rows(100, 104), min_gain=0.0).num_workers == 1
+
+
+def test_pick_batch_takes_the_knee() -> None:
+    rows = [tu._row("batch_size", str(b), "step", tu.Config(batch_size=b), "cpu", samples_per_s=r)
+            for b, r in [(16, 500), (32, 880), (64, 960), (128, 1000), (2048, 5000)]]
+    assert tu.pick_batch(rows, tolerance=0.10, cap=1024) == 64
+    assert tu.pick_batch(rows, tolerance=0.10, cap=None) == 2048
+
+
+def test_rows_round_trip_through_csv(tmp_path: Path) -> None:
+    rows = _rows(100.5, 200.25)
+    rows[1]["note"] = "a, b | c"
+    tu.write_rows(tmp_path / "r.csv", rows)
+    back = tu.read_rows(tmp_path / "r.csv")
+    assert back[1]["samples_per_s"] == 200.25 and back[1]["num_workers"] == 1
+    assert back[0]["pin_memory"] is False and back[0]["prefetch_factor"] is None
+    assert back[1]["note"] == "a, b | c"
+    assert tu.Config.from_row(back[1]) == tu.Config(num_workers=1)
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a tuning results file"):
+        tu.read_rows(tmp_path / "bad.csv")
+
+
+def test_markdown_table_and_plot() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    text = tu.markdown_table(_rows(1234.5, 0.5), ["setting", "samples_per_s", "pin_memory", "note"])
+    lines = text.splitlines()
+    assert lines[0] == "| setting | samples_per_s | pin_memory | note |"
+    assert "1,234" in lines[2] and "| no |" in lines[2]
+    rows = ([tu._row("batch_size", "8", "step", tu.Config(batch_size=8), "cpu", samples_per_s=10.0),
+             tu._row("batch_size", "16", "step", tu.Config(batch_size=16), "cpu", status="OOM")]
+            + _rows(5, 6, experiment="num_workers") + _rows(5, 9, experiment="before_after"))
+    fig = tu.plot_tuning(rows)
+    assert len(fig.axes) == 3
