@@ -74,6 +74,7 @@ class JobRequest:
     given: list[str] = field(default_factory=list)  # long names of options set explicitly
     env: dict[str, str] = field(default_factory=dict)  # the environment the job starts from
     script_args: list[str] = field(default_factory=list)
+    script_path: str | None = None  # absolute path of the batch script (scontrol's Command=, squeue %o)
     submit_dir: str = ""
     workdir: str = ""
     submit_host: str = ""

@@ -46,6 +46,7 @@ def main(argv: list[str]) -> int:
         if req.wrap is None:  # --wrap scripts carry no directives
             req, rest = build_request("sbatch", argv, script_directives(script, path))
         req.script_args = rest[1:]
+        req.script_path = os.path.abspath(path) if path else None
         conn, cluster = open_cluster()
         submit.base_request_fields(req, dict(os.environ), cluster)
         name = default_name(req, path)
