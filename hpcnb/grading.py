@@ -436,11 +436,22 @@ def _max_score(course: Path, assignment: str) -> float:
         return float(gb.find_notebook(assignment, assignment).max_score)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process, everything it started (kernels run in their own session) and its group."""
+    import psutil
+
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        parent = psutil.Process(pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: int,
@@ -455,11 +466,9 @@ def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: i
     try:
         out, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill_tree(proc.pid)
         out, _ = proc.communicate()
-        return "timeout", (out or "")[-4000:]
-    finally:
-        _kill_group(proc)  # a kernel the grader left behind
+        return "timeout", f"{out or ''}\ngrading this notebook took longer than {limit:g} s: stopped"[-4000:]
     return ("graded" if proc.returncode == 0 else "error"), (out or "")[-4000:]
 
 
@@ -484,6 +493,7 @@ def autograde(
     *,
     solutions: Path = SOLUTIONS_DIR,
     timeout: int = DEFAULT_TIMEOUT,
+    notebook_timeout: float | None = None,
     notebooks: Iterable[str] | None = None,
     quiet: bool = False,
 ) -> list[NotebookGrade]:
@@ -491,7 +501,10 @@ def autograde(
 
     ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status), ``cells.csv`` (one
     row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
-    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell.
+    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
+    (a cell over it is interrupted and scores 0); ``notebook_timeout``: seconds for one whole
+    notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
+    kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
     """
     submissions, out = Path(submissions), Path(out)
     if not submissions.is_dir():
@@ -528,7 +541,7 @@ def autograde(
                 target = course / "submitted" / student / stem
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(submitted, target / f"{stem}.ipynb")
-                limit = timeout * (_code_cells(source) + 2) + 120
+                limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
                 status, log = _grade_in_subprocess(course, stem, student, timeout, limit)
                 score, max_score, cells = _read_grades(course, stem, student)
                 autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
@@ -536,9 +549,14 @@ def autograde(
                     if name in cells:
                         cells[name].error = ename
                 grade = NotebookGrade(student, stem, score, max_score, status, cells)
+                if status == "error" and ("Timeout waiting for" in log or "CellTimeoutError" in log):
+                    grade.status = status = "timeout"  # nbclient gave up on a kernel that ignored the interrupt
+                    grade.message = (f"a cell ran past the {timeout} s limit and ignored the interrupt "
+                                     "(KeyboardInterrupt caught?): the notebook could not be graded")
+                elif status != "graded":
+                    grade.message = log.strip().splitlines()[-1] if log.strip() else status
                 if status != "graded":
                     grade.score = 0.0
-                    grade.message = log.strip().splitlines()[-1] if log.strip() else status
                     for cell in grade.cells.values():
                         cell.score = 0.0
                 feedback = course / "feedback" / student / stem / f"{stem}.html"
@@ -642,6 +660,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", type=Path, default=Path("grades"))
     grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
     grade.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default 60)")
+    grade.add_argument("--notebook-timeout", type=float, default=None,
+                       help="seconds for one whole notebook (default: timeout x (code cells + 2) + 120)")
     grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
     one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
     one.add_argument("course", type=Path)
@@ -666,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "autograde":
             grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
-                               notebooks=args.notebooks)
+                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks)
             print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
                   f"feedback in {args.out / 'feedback'}")
             return 0

@@ -72,8 +72,10 @@ def in_jupyter() -> bool:
 
 
 def _widgets_available() -> bool:
+    import importlib
+
     try:
-        import ipywidgets  # noqa: F401
+        importlib.import_module("ipywidgets")
     except ImportError:
         return False
     return True
@@ -331,12 +333,12 @@ class JobWidget:
         first, cap = _default_poll()
         self._poller = _Poller(self._step, poll or first, poll or cap, f"hpcnb-watch-{self.job.id}")
 
-        self.title = w.HTML(f"<b>Slurm job {html.escape(self.job.id)}</b>")
-        self.state_label = w.HTML(self._badge("UNKNOWN"))
+        self.title = w.HTML(f"<b>Slurm job {html.escape(self.job.id)}</b>", layout=w.Layout(margin="0 12px 0 0"))
+        self.state_label = w.HTML(self._badge("UNKNOWN"), layout=w.Layout(margin="0 12px 0 0"))
         self.state_label.add_class("hpcnb-job-state")
-        self.time_label = w.HTML("")
+        self.time_label = w.HTML("", layout=w.Layout(margin="0 12px 0 0"))
         self.time_label.add_class("hpcnb-job-time")
-        self.progress = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="220px"))
+        self.progress = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="220px", margin="0 12px 0 0"))
         self.nodes_label = w.HTML("")
         self.nodes_label.add_class("hpcnb-job-nodes")
         self.output = w.HTML(self._pre(""))
@@ -347,9 +349,9 @@ class JobWidget:
         self.cancel_button.add_class("hpcnb-job-cancel")
         self.cancel_button.on_click(lambda _button: self.cancel())
         header = w.HBox([self.title, self.state_label, self.cancel_button],
-                        layout=w.Layout(align_items="center", gap="12px"))
+                        layout=w.Layout(align_items="center"))
         times = w.HBox([self.progress, self.time_label, self.nodes_label],
-                       layout=w.Layout(align_items="center", gap="12px"))
+                       layout=w.Layout(align_items="center"))
         self.widget = w.VBox([header, times, self.output, self.message],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px", max_width="900px"))
         self.widget.add_class("hpcnb-job-widget")
@@ -427,7 +429,7 @@ class JobWidget:
                 extra = "  " + ", ".join(f"{n} {s}" for s, n in snap.counts().items())
             elif snap.state == "PENDING" and snap.reason:
                 extra = f"  ({snap.reason})"
-            elif snap.done and snap.exit_code:
+            elif snap.done and snap.exit_code and snap.state != "CANCELLED":
                 extra = f"  exit code {snap.exit_code}"
             self.state_label.value = self._badge(snap.state, extra)
             limit = format_seconds(snap.time_limit) if snap.time_limit else "no limit"
@@ -586,10 +588,11 @@ class QueueWidget:
         _, cap = _default_poll()
         interval = poll or (2.0 if cap <= 1.0 else 10.0)
         self._poller = _Poller(self._step, interval, interval, f"hpcnb-queue-{self.user}")
-        self.title = w.HTML(f"<b>Jobs of {html.escape(self.user)}</b>")
+        self.title = w.HTML(f"<b>Jobs of {html.escape(self.user)}</b>", layout=w.Layout(margin="0 12px 0 0"))
         self.table = w.HTML("")
         self.table.add_class("hpcnb-queue-table")
-        self.refresh_button = w.Button(description="Refresh", icon="refresh", layout=w.Layout(width="110px"))
+        self.refresh_button = w.Button(description="Refresh", icon="refresh",
+                                       layout=w.Layout(width="110px", margin="0 12px 0 0"))
         self.refresh_button.on_click(lambda _b: self._restart())
         self.choice = w.Dropdown(options=[], description="job", layout=w.Layout(width="200px"))
         self.cancel_button = w.Button(description="Cancel job", button_style="danger", icon="stop",
@@ -597,7 +600,7 @@ class QueueWidget:
         self.cancel_button.on_click(lambda _b: self.cancel(self.choice.value) if self.choice.value else None)
         self.message = w.HTML("")
         self.widget = w.VBox([w.HBox([self.title, self.refresh_button, self.choice, self.cancel_button],
-                                     layout=w.Layout(align_items="center", gap="10px")),
+                                     layout=w.Layout(align_items="center")),
                               self.table, self.message])
         self.widget.add_class("hpcnb-queue-widget")
         self.refresh()

@@ -1,0 +1,190 @@
+"""The course in a real browser: JupyterLab (as `make lab` starts it) driven by headless Chromium.
+
+A lesson-like notebook submits a short job with the job API and shows ``hpcnb.widgets.watch(job)``;
+the test runs all cells, waits for the widget to show COMPLETED (with the job's output), saves a
+screenshot to test-artifacts/browser-widget.png, and checks the README's "open the course" path:
+the server lists the course kernel, and ``!which sbatch`` in it finds the local Slurm's command.
+
+Chromium is Debian's /usr/bin/chromium (never `playwright install`); the server binds 127.0.0.1
+with a token, with private Jupyter config/runtime folders, and is stopped by the test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+COURSE_KERNEL = "hpcnb"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _install_course_kernel() -> str:
+    """`hpcnb kernel install` (into this venv); the kernel to use: the course's, else python3."""
+    res = subprocess.run([sys.executable, "-m", "hpcnb.cli", "kernel", "install"], capture_output=True,
+                         text=True, timeout=120)
+    return COURSE_KERNEL if res.returncode == 0 else "python3"
+
+
+def _lesson(kernel: str) -> nbformat.NotebookNode:
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    display = "Python 3 (hpcnb: Slurm course)" if kernel == COURSE_KERNEL else "Python 3 (ipykernel)"
+    return new_notebook(cells=[
+        new_markdown_cell("# Watching a job\n\nSubmit a short job and follow it live."),
+        new_code_cell("!which sbatch"),
+        new_code_cell(
+            "from hpcnb.jobs import submit\n"
+            "from hpcnb.widgets import watch\n\n"
+            'job = submit(wrap="echo hello from the widget; sleep 4; echo done", time="0:30", job_name="widget-demo")\n'
+            "watch(job)"
+        ),
+        new_code_cell("from hpcnb.widgets import QueueWidget\n\nQueueWidget()"),
+    ], metadata={"kernelspec": {"name": kernel, "display_name": display, "language": "python"},
+                 "language_info": {"name": "python"}})
+
+
+def _get(url: str, token: str, timeout: float = 10) -> dict:
+    req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read().decode())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("jupyterlab")
+    from hpcnb.backend import local_bin_dir
+
+    base = tmp_path_factory.mktemp("lab")
+    notebooks = base / "notebooks"
+    notebooks.mkdir()
+    kernel = _install_course_kernel()
+    nbformat.write(_lesson(kernel), notebooks / "watch-a-job.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ)
+    # As `make lab`: the local Slurm chosen, its commands NOT on the server's PATH (the kernel adds them).
+    folder = str(local_bin_dir())
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != folder)
+    env["HPCNB_SLURM"] = "local"
+    env["JUPYTER_CONFIG_DIR"] = str(base / "config")
+    # no "Would you like to get notified about official Jupyter news?" toast over the screenshot
+    settings = base / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    env["JUPYTER_RUNTIME_DIR"] = str(base / "runtime")
+    env.pop("JUPYTER_PATH", None)
+    argv = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+            "--no-browser", "--ServerApp.open_browser=False", f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={notebooks}", "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if os.geteuid() == 0:
+        argv.append("--allow-root")
+    log = open(base / "jupyter.log", "w")
+    server = subprocess.Popen(argv, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{(base / 'jupyter.log').read_text()[-3000:]}")
+            try:
+                _get(f"{url}/api/status", token, timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"jupyter lab did not answer in 120 s:\n{(base / 'jupyter.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield {"url": url, "token": token, "kernel": kernel, "notebooks": notebooks, "bin": folder,
+               "log": base / "jupyter.log"}
+    finally:
+        try:  # a clean stop shuts the kernels down too
+            req = urllib.request.Request(f"{url}/api/shutdown", method="POST",
+                                         headers={"Authorization": f"token {token}"})
+            urllib.request.urlopen(req, timeout=10).close()
+            server.wait(timeout=30)
+        except (urllib.error.URLError, OSError, subprocess.TimeoutExpired):
+            pass
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=15)
+        log.close()
+
+
+def test_server_lists_the_course_kernel(lab) -> None:
+    specs = _get(f"{lab['url']}/api/kernelspecs", lab["token"])["kernelspecs"]
+    assert COURSE_KERNEL in specs, f"`hpcnb kernel install` did not register the course kernel: {sorted(specs)}"
+    assert specs[COURSE_KERNEL]["spec"]["display_name"] == "Python 3 (hpcnb: Slurm course)"
+
+
+def test_widget_in_jupyterlab(lab) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "browser-widget.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(120_000)
+            page.goto(f"{lab['url']}/lab/tree/watch-a-job.ipynb?token={lab['token']}")
+            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(notebook.locator(".jp-Cell").first).to_be_visible()
+            # the kernel is up and idle (the toolbar's execution indicator)
+            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            if lab["kernel"] == COURSE_KERNEL:
+                expect(notebook.locator(".jp-KernelName")).to_contain_text("hpcnb")
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            widget = notebook.locator(".hpcnb-job-widget")
+            expect(widget).to_be_visible()
+            expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)
+            expect(widget.locator(".hpcnb-job-state")).to_contain_text("COMPLETED", timeout=120_000)
+            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
+            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("done")
+            expect(widget.locator(".hpcnb-job-nodes")).to_contain_text("node")
+            expect(widget.locator(".hpcnb-job-time")).to_contain_text("0:30")
+            expect(widget.locator("button.hpcnb-job-cancel")).to_be_disabled()
+            queue = notebook.locator(".hpcnb-queue-widget")
+            expect(queue).to_be_visible()
+            expect(queue.locator(".hpcnb-queue-table")).not_to_contain_text("RUNNING", timeout=60_000)
+            # `!which sbatch` in the course kernel finds the local Slurm's command
+            which = notebook.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output")
+            if lab["kernel"] == COURSE_KERNEL:
+                expect(which).to_contain_text(str(Path(lab["bin"]) / "sbatch"))
+            widget.scroll_into_view_if_needed()
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+    if lab["kernel"] != COURSE_KERNEL:
+        pytest.skip("the course kernel could not be installed: ran on python3 and skipped the `which sbatch` check")

@@ -1,0 +1,387 @@
+"""hpcnb.grading: exercises generated from solutions/ with nbgrader, the leak check, and autograding.
+
+The mechanism tests use a tiny assignment in tests/fixtures/grading/ (a function, a value and a
+Slurm job); the slow tests also grade every notebook in solutions/: the solution scores full
+marks, the untouched exercise 0, and a wrong answer planted in one exercise loses that
+exercise's points only.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from hpcnb import grading
+from hpcnb.grading import (
+    EXERCISES_DIR,
+    SOLUTIONS_DIR,
+    autograde,
+    check,
+    generate,
+    plant_wrong_answer,
+    secret_regions,
+    solution_notebooks,
+)
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "grading" / "solutions"
+FIXTURE_NB = "00-grading-fixture"
+REAL = solution_notebooks(SOLUTIONS_DIR)
+REAL_TIMEOUT = 180  # per cell: exercises with jobs on a busy 2-core machine take a while
+
+
+def meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def is_test(cell) -> bool:
+    m = meta(cell)
+    return cell.cell_type == "code" and bool(m.get("grade")) and not m.get("solution")
+
+
+def is_answer(cell) -> bool:
+    return cell.cell_type == "code" and bool(meta(cell).get("solution")) and not meta(cell).get("grade")
+
+
+def answer_tests(nb) -> dict[int, list[str]]:
+    """cell index of each auto-graded answer -> grade ids of the test cells after it (up to the next answer)."""
+    out: dict[int, list[str]] = {}
+    current = None
+    for index, cell in enumerate(nb.cells):
+        if is_answer(cell):
+            current = index
+            out[current] = []
+        elif is_test(cell) and current is not None:
+            out[current].append(meta(cell)["grade_id"])
+    return {k: v for k, v in out.items() if v}
+
+
+def points(nb) -> dict[str, float]:
+    return {meta(c)["grade_id"]: float(meta(c)["points"]) for c in nb.cells if meta(c).get("grade")}
+
+
+@pytest.fixture(scope="module")
+def fixture_exercises(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("exercises")
+    generate(FIXTURE, out, quiet=True)
+    return out
+
+
+# ------------------------------------------------------------------------ repo's exercises/
+
+def test_repo_exercises_are_up_to_date_and_hold_no_solutions() -> None:
+    problems = check(SOLUTIONS_DIR, EXERCISES_DIR)
+    assert not problems, "exercises/ is not in order (run `python -m hpcnb.grading generate`):\n" + "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- generate/check
+
+def test_generate_makes_student_versions(fixture_exercises: Path) -> None:
+    assert sorted(p.name for p in fixture_exercises.iterdir()) == [f"{FIXTURE_NB}.ipynb"]
+    nb = nbformat.read(fixture_exercises / f"{FIXTURE_NB}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
+    assert "total = a + b" not in text and "n_nodes = 2" not in text and "hello from the cluster\"," not in text
+    assert "add(-40, 40)" not in text  # the hidden test
+    assert text.count("raise NotImplementedError()") == 3
+    assert "def add(a, b):" in text and 'assert add(1, 2) == 3' in text  # given code and visible tests stay
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+        if is_test(cell):  # LockCells + ComputeChecksums
+            assert cell.metadata["editable"] is False and cell.metadata["deletable"] is False
+            assert meta(cell)["checksum"]
+
+
+def test_generate_copies_only_notebooks(tmp_path: Path) -> None:
+    solutions = tmp_path / "solutions"
+    shutil.copytree(FIXTURE, solutions)
+    (solutions / "answers.py").write_text("def add(a, b):\n    total = a + b\n    return total\n")
+    (solutions / "data").mkdir()
+    (solutions / "data" / "key.txt").write_text("n_nodes = 2\n")
+    out = tmp_path / "exercises"
+    generate(solutions, out, quiet=True)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [f"{FIXTURE_NB}.ipynb"]
+    assert check(solutions, out) == []
+
+
+def test_generate_removes_stale_exercises(tmp_path: Path) -> None:
+    out = tmp_path / "exercises"
+    out.mkdir()
+    (out / "99-gone.ipynb").write_text("{}")
+    generate(FIXTURE, out, quiet=True)
+    assert not (out / "99-gone.ipynb").exists()
+
+
+def _copy_exercises(src: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "exercises"
+    shutil.copytree(src, out)
+    return out
+
+
+def _edit(path: Path, index: int, source: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[index].source = source
+    nbformat.write(nb, path)
+
+
+def test_check_passes_on_fresh_exercises(fixture_exercises: Path, capsys) -> None:
+    assert check(FIXTURE, fixture_exercises) == []
+    assert grading.main(["check", "--solutions", str(FIXTURE), "--exercises", str(fixture_exercises)]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("planted, expected", [
+    ("def add(a, b):\n    total = a + b\n    return total", "solution code leaked, 'total = a + b'"),
+    ("def add(a, b):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION", "nbgrader marker '### BEGIN SOLUTION'"),
+    ('assert add(1, 2) == 3\nassert add(-40, 40) == 0, "add(-40, 40) should be 0"', "hidden test leaked"),
+])
+def test_check_finds_leaked_solutions(fixture_exercises: Path, tmp_path: Path, capsys, planted: str,
+                                      expected: str) -> None:
+    out = _copy_exercises(fixture_exercises, tmp_path)
+    _edit(out / f"{FIXTURE_NB}.ipynb", 3, planted)
+    problems = check(FIXTURE, out)
+    assert any(expected in p for p in problems), problems
+    assert any("out of date" in p for p in problems), problems
+    assert grading.main(["check", "--solutions", str(FIXTURE), "--exercises", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert expected in err and "python -m hpcnb.grading generate" in err
+
+
+def test_check_finds_leaks_in_other_files(fixture_exercises: Path, tmp_path: Path) -> None:
+    out = _copy_exercises(fixture_exercises, tmp_path)
+    (out / "notes.md").write_text("Answer:\n\n    n_nodes = 2\n")
+    problems = check(FIXTURE, out)
+    assert problems == [f"{out / 'notes.md'}: solution code leaked, 'n_nodes = 2' from the solution cell 'nodes'"]
+
+
+def test_check_finds_missing_stale_and_outdated(fixture_exercises: Path, tmp_path: Path) -> None:
+    solutions = tmp_path / "solutions"
+    shutil.copytree(FIXTURE, solutions)
+    out = _copy_exercises(fixture_exercises, tmp_path)
+    shutil.copy(out / f"{FIXTURE_NB}.ipynb", out / "98-stale.ipynb")
+    shutil.copy(solutions / f"{FIXTURE_NB}.ipynb", solutions / "97-new.ipynb")
+    _edit(solutions / f"{FIXTURE_NB}.ipynb", 2, "**1.** Write `add(a, b)`: the sum of a and b.")
+    problems = "\n".join(check(solutions, out))
+    assert "97-new.ipynb is missing" in problems
+    assert "98-stale.ipynb has no solution" in problems
+    assert f"{FIXTURE_NB}.ipynb is out of date" in problems
+    generate(solutions, out, quiet=True)
+    assert check(solutions, out) == []
+
+
+def test_secret_regions() -> None:
+    nb = nbformat.read(FIXTURE / f"{FIXTURE_NB}.ipynb", as_version=4)
+    secrets, public = secret_regions(nb)
+    kinds = [what for what, _ in secrets]
+    assert kinds == ["solution cell 'add'", "hidden tests of 'test_add'", "solution cell 'nodes'",
+                     "solution cell 'job'"]
+    assert "def add(a, b):" in public and "total = a + b" not in public and "add(-40, 40)" not in public
+
+
+def test_plant_wrong_answer_keeps_structure() -> None:
+    nb = nbformat.read(FIXTURE / f"{FIXTURE_NB}.ipynb", as_version=4)
+    assert plant_wrong_answer(nb, 3).cells[3].source == "def add(a, b):\n    total = None\n    return None"
+    assert plant_wrong_answer(nb, 6).cells[6].source == "n_nodes = None"
+    job = plant_wrong_answer(nb, 9).cells[9].source
+    assert job == "job = None"
+    assert nb.cells[3].source.count("BEGIN SOLUTION") == 1  # the original is untouched
+
+
+# --------------------------------------------------------------------------------- autograde
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+def test_autograde_mechanisms(fixture_exercises: Path, tmp_path: Path) -> None:
+    """Full marks, zero, a wrong answer, an infinite loop, a deleted and an edited test cell."""
+    solution = nbformat.read(FIXTURE / f"{FIXTURE_NB}.ipynb", as_version=4)
+    subs = tmp_path / "submissions"
+    name = f"{FIXTURE_NB}.ipynb"
+
+    def put(student: str, nb) -> None:
+        (subs / student).mkdir(parents=True)
+        nbformat.write(nb, subs / student / name)
+
+    put("solution", solution)
+    put("untouched", nbformat.read(fixture_exercises / name, as_version=4))
+    wrong = copy.deepcopy(solution)  # off by one: the visible test fails too
+    wrong.cells[3].source = "def add(a, b):\n    return a + b + 1"
+    put("wrong", wrong)
+    hidden = copy.deepcopy(solution)  # passes the visible test only: the hidden test takes the points
+    hidden.cells[3].source = "def add(a, b):\n    return 3"
+    put("hidden", hidden)
+    loop = copy.deepcopy(solution)  # the test cell calls add(): it never returns
+    loop.cells[3].source = "def add(a, b):\n    while True:\n        pass"
+    put("loop", loop)
+    deleted = copy.deepcopy(solution)  # the student deleted the test of add() and of n_nodes
+    deleted.cells = [c for c in deleted.cells if meta(c).get("grade_id") not in ("test_add", "test_nodes")]
+    put("deleted", deleted)
+    edited = copy.deepcopy(solution)  # a wrong n_nodes, and its test "fixed" by the student
+    edited.cells[6].source = "n_nodes = 8"
+    edited.cells[7].source = "assert True  # my test now"
+    edited.cells[4].metadata["nbgrader"]["points"] = 100
+    put("edited", edited)
+    (subs / "absent").mkdir()  # submitted nothing
+    (subs / "absent" / "notes.ipynb").write_text("{}")
+
+    out = tmp_path / "grades"
+    started = time.monotonic()
+    grades = autograde(subs, out, solutions=FIXTURE, timeout=15, quiet=True)
+    took = time.monotonic() - started
+    by = {g.student: g for g in grades}
+    scores = {s: (g.score, g.max_score) for s, g in by.items()}
+    assert scores == {
+        "absent": (0, 5), "deleted": (5, 5), "edited": (4, 5), "hidden": (3, 5), "loop": (3, 5),
+        "solution": (5, 5), "untouched": (0, 5), "wrong": (3, 5),
+    }, scores
+    cells = {s: {c.name: c.score for c in g.cells.values()} for s, g in by.items()}
+    assert cells["wrong"] == {"test_add": 0, "test_nodes": 1, "test_job": 2}
+    assert by["wrong"].cells["test_add"].error == "AssertionError"
+    assert by["absent"].status == "missing"
+    # the infinite loop: cut after 15 s, that cell 0, the rest graded
+    assert by["loop"].timed_out_cells == ["test_add"] and cells["loop"]["test_job"] == 2
+    assert took < 8 * 60, f"grading took {took:.0f} s"
+    # the deleted test cells came back (with the hidden test) and were run
+    restored = nbformat.read(out / "autograded" / "deleted" / name, as_version=4)
+    restored_ids = [meta(c).get("grade_id") for c in restored.cells]
+    assert restored_ids.index("test_add") == restored_ids.index("add") + 1
+    assert "add(-40, 40)" in restored.cells[restored_ids.index("test_add")].source
+    # the edited test cell was replaced by the source's, and its points are the source's
+    assert cells["edited"] == {"test_add": 2, "test_nodes": 0, "test_job": 2}
+    # what the instructor gets
+    rows = _read_csv(out / "grades.csv")
+    assert rows[0].keys() >= {"student", "notebook", "score", "max_score"}
+    assert {(r["student"], r["notebook"], r["score"], r["max_score"]) for r in rows} >= {
+        ("solution", FIXTURE_NB, "5", "5"), ("untouched", FIXTURE_NB, "0", "5"), ("loop", FIXTURE_NB, "3", "5")}
+    timeouts = [r for r in _read_csv(out / "cells.csv") if r["error"] == "CellTimeoutError"]
+    assert [(r["student"], r["cell"], r["score"]) for r in timeouts] == [("loop", "test_add", "0")]
+    for student in ("solution", "untouched", "wrong", "loop", "deleted", "edited", "hidden"):
+        html = (out / "feedback" / student / f"{FIXTURE_NB}.html").read_text()
+        assert "test_add" in html or "Test cell" in html or "Score" in html
+    assert not (out / "feedback" / "absent").exists()
+    assert (out / "gradebook.db").exists()
+
+
+@pytest.mark.slow
+def test_autograde_survives_stubborn_and_broken_submissions(tmp_path: Path) -> None:
+    """A loop that swallows KeyboardInterrupt: the notebook's grading is killed (kernel included) at
+    notebook_timeout and scores 0; an unreadable notebook scores 0; the next student is graded."""
+    import psutil
+
+    solution = nbformat.read(FIXTURE / f"{FIXTURE_NB}.ipynb", as_version=4)
+    subs = tmp_path / "subs"
+    name = f"{FIXTURE_NB}.ipynb"
+    stubborn = copy.deepcopy(solution)
+    stubborn.cells[3].source = ("def add(a, b):\n    import time\n    while True:\n        try:\n"
+                                "            time.sleep(0.1)\n        except KeyboardInterrupt:\n            pass")
+    for student, nb in (("stubborn", stubborn), ("zz-fine", solution)):
+        (subs / student).mkdir(parents=True)
+        nbformat.write(nb, subs / student / name)
+    (subs / "broken").mkdir()
+    (subs / "broken" / name).write_text('{"cells": [')
+    started = time.monotonic()
+    # the cell limit (60 s) is longer than the notebook's (40 s): the whole grading process is killed
+    grades = autograde(subs, tmp_path / "grades", solutions=FIXTURE, timeout=60, notebook_timeout=40, quiet=True)
+    took = time.monotonic() - started
+    by = {g.student: g for g in grades}
+    assert (by["stubborn"].status, by["stubborn"].score, by["stubborn"].max_score) == ("timeout", 0, 5)
+    assert "longer than 40 s" in by["stubborn"].message
+    assert (by["broken"].status, by["broken"].score) == ("error", 0)
+    assert (by["zz-fine"].status, by["zz-fine"].score) == ("graded", 5)
+    assert took < 180, took
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "hpcnb.localslurm.controller" in cmdline:
+            continue  # the local Slurm's daemon, started by the first Slurm command of the session
+        try:
+            if "hpcnb-autograde-" in proc.cwd() or any("hpcnb-autograde-" in a for a in cmdline):
+                left.append((proc.pid, cmdline))
+        except psutil.Error:
+            continue
+    assert not left, f"processes left behind by grading: {left}"
+    rows = {r["student"]: r for r in _read_csv(tmp_path / "grades" / "grades.csv")}
+    assert rows["stubborn"]["status"] == "timeout" and rows["broken"]["status"] == "error"
+    # with the cell limit shorter: nbclient interrupts, the loop ignores it, nbgrader gives up on the
+    # kernel; reported as a timeout too
+    shutil.rmtree(subs / "zz-fine")
+    shutil.rmtree(subs / "broken")
+    grades = autograde(subs, tmp_path / "grades2", solutions=FIXTURE, timeout=5, quiet=True)
+    assert [(g.student, g.status, g.score) for g in grades] == [("stubborn", "timeout", 0)]
+    assert "ignored the interrupt" in grades[0].message
+
+
+@pytest.mark.slow
+def test_autograde_cli(fixture_exercises: Path, tmp_path: Path, capsys) -> None:
+    subs = tmp_path / "subs"
+    (subs / "ada").mkdir(parents=True)
+    shutil.copy(FIXTURE / f"{FIXTURE_NB}.ipynb", subs / "ada")
+    out = tmp_path / "grades"
+    rc = grading.main(["autograde", str(subs), "--out", str(out), "--solutions", str(FIXTURE), "--timeout", "60"])
+    assert rc == 0
+    assert f"ada {FIXTURE_NB}: 5/5" in capsys.readouterr().out
+    assert _read_csv(out / "grades.csv") == [
+        {"student": "ada", "notebook": FIXTURE_NB, "score": "5", "max_score": "5", "status": "graded"}]
+    assert (out / "feedback" / "ada" / f"{FIXTURE_NB}.html").exists()
+
+
+def test_autograde_refuses_bad_input(tmp_path: Path, capsys) -> None:
+    assert grading.main(["autograde", str(tmp_path / "nope"), "--out", str(tmp_path / "g")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "subs").mkdir()
+    assert grading.main(["autograde", str(tmp_path / "subs"), "--out", str(tmp_path / "g"),
+                         "--solutions", str(tmp_path / "empty")]) == 2
+    assert "no solution notebooks" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the real solutions/ notebooks
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", sorted(REAL) or [pytest.param("none", marks=pytest.mark.skip("no solutions/ yet"))])
+def test_autograde_real_solutions(stem: str, tmp_path: Path) -> None:
+    """Solution: full marks; untouched exercise: 0; a wrong answer in one exercise: only its points lost."""
+    solution = nbformat.read(REAL[stem], as_version=4)
+    exercises, only = tmp_path / "exercises", tmp_path / "solutions"
+    only.mkdir()
+    shutil.copy(REAL[stem], only)
+    generate(only, exercises, quiet=True)
+    subs = tmp_path / "subs"
+    name = f"{stem}.ipynb"
+    (subs / "solution").mkdir(parents=True)
+    shutil.copy(REAL[stem], subs / "solution" / name)
+    (subs / "untouched").mkdir()
+    shutil.copy(exercises / name, subs / "untouched" / name)
+    answers = answer_tests(solution)
+    assert answers, f"{name} has no auto-graded answer followed by a test cell"
+    for index in answers:
+        student = f"wrong-{meta(solution.cells[index])['grade_id']}"
+        (subs / student).mkdir()
+        nbformat.write(plant_wrong_answer(solution, index), subs / student / name)
+    grades = autograde(subs, tmp_path / "grades", solutions=SOLUTIONS_DIR, timeout=REAL_TIMEOUT,
+                       notebooks=[stem], quiet=True)
+    by = {g.student: g for g in grades}
+    full = sum(points(solution).values())
+    report = {s: f"{g.score:g}/{g.max_score:g} {g.status} " + str({c.name: (c.score, c.error) for c in g.cells.values()})
+              for s, g in by.items()}
+    print(f"\n{stem}: " + "\n  ".join(f"{s}: {r}" for s, r in report.items()))
+    assert by["solution"].status == "graded" and by["solution"].score == full == by["solution"].max_score, report
+    untouched = by["untouched"]
+    assert untouched.status == "graded", report
+    auto = {c.name: c for c in untouched.cells.values()
+            if c.name in {meta(x)["grade_id"] for x in solution.cells if is_test(x)}}
+    assert auto and all(c.score == 0 for c in auto.values()), report
+    for index, tests in answers.items():
+        student = f"wrong-{meta(solution.cells[index])['grade_id']}"
+        g = by[student]
+        lost = {c: g.cells[c].score for c in tests}
+        assert g.status == "graded", report[student]
+        assert all(v == 0 for v in lost.values()), f"{student}: tests {lost} kept points: {report[student]}"
+        assert g.score <= full - sum(points(solution)[c] for c in tests), report[student]
