@@ -149,6 +149,35 @@ def _salvage_table(conn: sqlite3.Connection, table: str, key: str, top: int) -> 
     return cols, rows
 
 
+def _mend_header(copy: Path, scratch: Path) -> None:
+    """Make a damaged copy openable: a garbled 100-byte header is rebuilt from a fresh state file's,
+    and a truncated file is padded to the size its header records (lost pages read as empty)."""
+    data = bytearray(copy.read_bytes()[:100])
+    size = copy.stat().st_size
+    if size == 0:
+        return
+    if len(data) < 100 or not data.startswith(b"SQLite format 3\0"):
+        template = scratch / "template.db"
+        conn = sqlite3.connect(template)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(db.SCHEMA)
+        conn.close()
+        header = bytearray(template.read_bytes()[:100])
+        page = int.from_bytes(header[16:18], "big") or 65536
+        header[28:32] = (max(size // page, 1)).to_bytes(4, "big")  # database size in pages
+        header[32:40] = bytes(8)  # no freelist
+        header[92:96] = header[24:28]  # "version-valid-for" = change counter: trust the size above
+        with open(copy, "r+b") as fh:
+            fh.write(bytes(header))
+        data = header
+    page = int.from_bytes(data[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(data[28:32], "big")
+    if page and pages and pages * page > size:
+        with open(copy, "r+b") as fh:
+            fh.truncate(pages * page)
+
+
 def _salvage(kept: Path, script_ids: set[int]) -> dict:
     """Read what can be read from a scratch copy of the damaged file (the kept file is never opened)."""
     found: dict = {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
@@ -157,8 +186,10 @@ def _salvage(kept: Path, script_ids: set[int]) -> dict:
         shutil.copyfile(kept, copy)
         if Path(f"{kept}-wal").exists():
             shutil.copyfile(f"{kept}-wal", f"{copy}-wal")
+        _mend_header(copy, Path(scratch))
         try:
             old = sqlite3.connect(copy)
+            old.execute("PRAGMA writable_schema=ON")  # read past a page count that no longer fits the file
         except sqlite3.Error:
             return found
         try:
@@ -208,7 +239,7 @@ def recover() -> str:
     kept = state / f"slurm.db.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
     while kept.exists():
         kept = kept.with_name(kept.name + "+")
-    lines = [f"the state file was damaged: {problem}"]
+    lines = [f"the state file was damaged: {problem.split(' Run `hpcnb slurm recover`')[0]}"]
     if base.exists():
         os.replace(base, kept)
         if Path(f"{base}-wal").exists():
