@@ -129,7 +129,9 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
         if not set(_SCHEMA_NAMES) <= names:
             conn.executescript(SCHEMA)  # a state file from an older version: add what is new
         row = conn.execute("SELECT value FROM meta WHERE key='state_id'").fetchone()
-        if row is None:  # a state file from before state ids
+        if row is None and recorded:
+            raise _damaged(path, f"its identity is missing (expected {recorded})")
+        if row is None:  # a state file from before state ids (and markers)
             with transaction(conn):
                 if get_meta(conn, "state_id") is None:
                     set_meta(conn, "state_id", uuid.uuid4().hex)
