@@ -32,7 +32,8 @@ _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must no
 IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
 CHECK_EVERY_S = 1.0
 RESCHEDULE_S = 5.0  # a scheduling pass at least this often, even when nothing woke us
-LAUNCH_GRACE_S = 10.0  # how long a scheduled job may wait for its supervisor to claim it
+# how long a scheduled job may wait for its supervisor to claim it before it counts as never launched
+LAUNCH_GRACE_S = float(os.environ.get("HPCNB_LAUNCH_GRACE", "10"))
 LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
 

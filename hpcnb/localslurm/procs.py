@@ -81,10 +81,31 @@ def spawn(
 PROPAGATED_RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
 
 
-def current_rlimits() -> dict[str, int]:
-    """This process's soft limits, by Slurm's names (what sbatch records for the job)."""
+_SUBMITTER_RLIMITS: dict[str, int] | None = None
+
+
+def own_file_limits() -> None:
+    """Let this command write its state whatever ``ulimit -f`` the user set (the job still gets
+    that limit: it is remembered first, for :func:`current_rlimits`)."""
     import resource
 
+    global _SUBMITTER_RLIMITS
+    if _SUBMITTER_RLIMITS is None:
+        _SUBMITTER_RLIMITS = current_rlimits()
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def current_rlimits() -> dict[str, int]:
+    """The submitting shell's soft limits, by Slurm's names (what sbatch records for the job)."""
+    import resource
+
+    if _SUBMITTER_RLIMITS is not None:
+        return dict(_SUBMITTER_RLIMITS)
     found = {}
     for name in PROPAGATED_RLIMITS:
         res = getattr(resource, f"RLIMIT_{name}", None)

@@ -17,6 +17,9 @@ def run(name: str, argv: list[str]) -> int:
             stream.reconfigure(errors="surrogateescape")
         except (AttributeError, ValueError):
             pass
+    from ..procs import own_file_limits
+
+    own_file_limits()
     module = importlib.import_module(f"{__name__}.{name}")
     try:
         code = module.main(argv)
