@@ -58,7 +58,7 @@ def _lesson(kernel: str) -> nbformat.NotebookNode:
         new_code_cell(
             "from hpcnb.jobs import submit\n"
             "from hpcnb.widgets import watch\n\n"
-            'job = submit(wrap="echo hello from the widget; sleep 4; echo done", time="0:30", job_name="widget-demo")\n'
+            'job = submit(wrap="echo hello from the widget; sleep 8; echo done", time="0:30", job_name="widget-demo")\n'
             "watch(job)"
         ),
         new_code_cell("from hpcnb.widgets import QueueWidget\n\nQueueWidget()"),
@@ -156,6 +156,7 @@ def test_widget_in_jupyterlab(lab) -> None:
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.set_default_timeout(120_000)
+            expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
             page.goto(f"{lab['url']}/lab/tree/watch-a-job.ipynb?token={lab['token']}")
             notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             expect(notebook.locator(".jp-Cell").first).to_be_visible()
@@ -168,14 +169,18 @@ def test_widget_in_jupyterlab(lab) -> None:
             widget = notebook.locator(".hpcnb-job-widget")
             expect(widget).to_be_visible()
             expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)
+            # watch() did not block the kernel: the next cell ran while the job was still running
+            queue = notebook.locator(".hpcnb-queue-widget")
+            expect(queue.locator(".hpcnb-queue-table")).to_contain_text("widget-demo")
+            expect(queue.locator(".hpcnb-queue-table")).to_contain_text("RUNNING")
+            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
+            expect(widget.locator(".hpcnb-job-state")).not_to_contain_text("COMPLETED", timeout=1_000)
             expect(widget.locator(".hpcnb-job-state")).to_contain_text("COMPLETED", timeout=120_000)
             expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
             expect(widget.locator(".hpcnb-job-tail")).to_contain_text("done")
             expect(widget.locator(".hpcnb-job-nodes")).to_contain_text("node")
             expect(widget.locator(".hpcnb-job-time")).to_contain_text("0:30")
             expect(widget.locator("button.hpcnb-job-cancel")).to_be_disabled()
-            queue = notebook.locator(".hpcnb-queue-widget")
-            expect(queue).to_be_visible()
             expect(queue.locator(".hpcnb-queue-table")).not_to_contain_text("RUNNING", timeout=60_000)
             # `!which sbatch` in the course kernel finds the local Slurm's command
             which = notebook.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output")
