@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import signal as _signal
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +12,14 @@ from hpcnb.slurm_options import OptionSpec, parse_slurm_time
 
 
 class UsageError(Exception):
-    """A bad option value: the command prints ``<cmd>: error: <line>`` for each line and exits 1."""
+    """A bad option value: the command prints ``<cmd>: error: <line>`` for each line and exits 1
+    (``raw`` lines first, printed as they are: Slurm's parsers print some without the prefix)."""
 
-    def __init__(self, *lines: str, exit_code: int = 1) -> None:
-        super().__init__("\n".join(lines))
+    def __init__(self, *lines: str, exit_code: int = 1, raw: tuple[str, ...] = ()) -> None:
+        super().__init__("\n".join((*raw, *lines)))
         self.lines = lines
         self.exit_code = exit_code
+        self.raw = raw
 
 
 class SubmitError(Exception):
@@ -78,6 +81,8 @@ class JobRequest:
     submit_dir: str = ""
     workdir: str = ""
     submit_host: str = ""
+    begin: float | None = None  # --begin: not eligible before this time (epoch seconds)
+    deadline: float | None = None
     rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
     umask: int | None = None  # the submitting shell's umask
 
@@ -101,18 +106,25 @@ _MEM_UNITS = {"": 1, "M": 1, "K": 1 / 1024, "G": 1024, "T": 1024 * 1024}
 
 
 def parse_mem(value: str, option: str) -> int:
-    """Memory in MB: ``100``, ``500M``, ``2G``, ``1T``."""
+    """Memory in MB: ``100``, ``500M``, ``2G``, ``1T`` (``0``: all of the node's, as with Slurm)."""
     match = re.fullmatch(r"(\d+)([KMGT]?)B?", value.strip().upper())
     if not match:
-        raise UsageError(f"Invalid {option} specification")
+        raise UsageError(f"Invalid {option} specification", exit_code=255)
     return max(1, int(int(match.group(1)) * _MEM_UNITS[match.group(2)])) if int(match.group(1)) else 0
 
 
-def parse_nodes(value: str) -> tuple[int, int | None]:
-    match = re.fullmatch(r"(\d+)(?:-(\d+))?", value.strip())
-    if not match or int(match.group(1)) <= 0 or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-        raise UsageError(f'Invalid node count specification "{value}"' if not match else "Invalid node count specification")
-    return int(match.group(1)), int(match.group(2)) if match.group(2) else None
+def parse_nodes(value: str) -> tuple[int | None, int | None]:
+    """``-N min[-max]`` as Slurm 22.05 takes it (captured): ``0`` is refused by the controller,
+    a negative count or a max below the min is quietly ignored, anything else not a number is fatal."""
+    match = re.fullmatch(r"(-?\d+)(?:-(\d+))?", value.strip())
+    if not match:
+        raise UsageError(f'"{value}" is not a valid node count', exit_code=255)
+    low, high = int(match.group(1)), int(match.group(2)) if match.group(2) else None
+    if low == 0 and high is None:
+        raise SubmitError("Node count specification invalid")
+    if high is not None and high < max(low, 1):
+        high = None
+    return (low if low > 0 else None), high
 
 
 def parse_gpus(value: str, option: str) -> tuple[int, str | None]:
@@ -124,11 +136,11 @@ def parse_gpus(value: str, option: str) -> tuple[int, str | None]:
         parts = parts[1:] or ["1"]
     try:
         count = int(parts[-1])
-    except ValueError:
-        raise UsageError(f"Invalid {option} specification" if option != "--gres" else "Invalid generic resource (gres) specification") from None
-    if count < 0 or len(parts) > 2:
-        raise UsageError(f"Invalid {option} specification")
-    return count, parts[0] if len(parts) == 2 else None
+    except ValueError:  # Slurm 22.05's controller refuses the job (captured)
+        raise SubmitError("Requested node configuration is not available") from None
+    if len(parts) > 2:
+        raise SubmitError("Requested node configuration is not available")
+    return max(count, 1) if count < 0 else count, parts[0] if len(parts) == 2 else None
 
 
 def parse_signal(value: str) -> list[Any]:
@@ -136,8 +148,83 @@ def parse_signal(value: str) -> list[Any]:
     match = re.fullmatch(r"(?:([RB]{1,2}):)?([A-Za-z0-9]+)(?:@(\d+))?", value.strip())
     signum = _signal_number(match.group(2)) if match else None
     if not match or signum is None:
-        raise UsageError("Invalid --signal specification")
+        raise UsageError("Invalid --signal specification", exit_code=255)
     return ["B" in (match.group(1) or ""), signum, int(match.group(3) or 60)]
+
+
+_DELTA_UNITS = {"": 1, "second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
+                "day": 86400, "days": 86400, "week": 604800, "weeks": 604800}
+_NAMED_TIMES = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
+
+
+def parse_begin(text: str, option: str, now: float | None = None) -> float:
+    """A ``--begin``/``--deadline`` time as Slurm's parse_time() reads it: ``now[+N[unit]]``,
+    ``today``, ``tomorrow``, ``midnight``, ``noon``, ``fika``, ``teatime``, ``HH:MM[:SS][AM|PM]``,
+    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included)."""
+    import datetime as dt
+
+    now = time.time() if now is None else now
+
+    def fail(pos: int) -> UsageError:
+        return UsageError(f"Invalid {option} specification", exit_code=255,
+                          raw=(f"Invalid time specification (pos={pos}): {text}",))
+
+    low = text.strip().lower()
+    today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    if low.startswith("now"):
+        when, pos = now, 3
+        if pos < len(low):
+            if low[pos] not in "+-":
+                raise fail(pos)
+            match = re.match(r"(\d+)([a-z]*)", low[pos + 1:])
+            if not match:
+                raise fail(pos)
+            if match.group(2) not in _DELTA_UNITS or pos + 1 + match.end() != len(low):
+                raise fail(pos + 1)
+            step = int(match.group(1)) * _DELTA_UNITS[match.group(2)]
+            when += step if low[pos] == "+" else -step
+        return when
+    if low in ("today", "tomorrow"):
+        return (today + dt.timedelta(days=low == "tomorrow")).timestamp()
+    if low in _NAMED_TIMES:
+        at = today.replace(hour=_NAMED_TIMES[low])
+        return (at if at.timestamp() > now else at + dt.timedelta(days=1)).timestamp()
+    iso = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?", low)
+    if iso:
+        year, month, day, hour, minute, sec = (int(g) if g else 0 for g in iso.groups())
+        starts = [m.start() for m in re.finditer(r"\d+", low)]
+        for index, (value, top) in enumerate(((month, 12), (day, 31), (hour, 23), (minute, 59), (sec, 59)), 1):
+            if value > top or (index <= 2 and value < 1):
+                raise fail(starts[index] if index < len(starts) else 0)
+        try:
+            return dt.datetime(year, month, day, hour, minute, sec).timestamp()
+        except ValueError:
+            raise fail(starts[2]) from None
+    clock = re.fullmatch(r"(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?\s*(am|pm)?", low)
+    if clock:
+        hour, minute, sec = (int(g) if g else 0 for g in clock.groups()[:3])
+        if clock.group(4):
+            hour = hour % 12 + (12 if clock.group(4) == "pm" else 0)
+        if hour > 23:
+            raise fail(0)
+        if minute > 59:
+            raise fail(clock.start(2))
+        if sec > 59:
+            raise fail(clock.start(3))
+        at = today.replace(hour=hour, minute=minute, second=sec)
+        return (at if at.timestamp() > now else at + dt.timedelta(days=1)).timestamp()
+    date = re.fullmatch(r"(\d{1,2})[/.](\d{1,2})(?:[/.](\d{2}|\d{4}))?", low)
+    if date:
+        month, day = int(date.group(1)), int(date.group(2))
+        year = int(date.group(3)) if date.group(3) else today.year
+        year += 2000 if year < 100 else 0
+        if not 1 <= month <= 12:
+            raise fail(0)
+        try:
+            return dt.datetime(year, month, day).timestamp()
+        except ValueError:
+            raise fail(date.start(2)) from None
+    raise fail(0)
 
 
 def _signal_number(name: str) -> int | None:
@@ -154,6 +241,7 @@ _FLAGS = {
     "pty": "pty", "overlap": "overlap", "hold": "hold", "exclusive": "exclusive",
     "kill-on-invalid-dep": "kill_on_invalid_dep", "kill-on-bad-exit": "kill_on_bad_exit",
 }
+_EXCLUSIVE = ("exclusive", "oversubscribe", "user", "mcs")
 _STRINGS = {
     "job-name": "name", "partition": "partition", "account": "account", "comment": "comment",
     "constraint": "constraint", "output": "output", "error": "error", "input": "input",
@@ -168,14 +256,26 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
     req.given.append(name)
     if name in _FLAGS:
         if name == "kill-on-invalid-dep" and value is not None:
-            req.kill_on_invalid_dep = value.lower() in ("yes", "y", "1")
-        elif name == "exclusive" or value is None:
+            if value.lower() not in ("yes", "no"):
+                raise UsageError("Invalid --kill-on-invalid-dep specification", exit_code=255)
+            req.kill_on_invalid_dep = value.lower() == "yes"
+        elif name == "exclusive":
+            if value is not None and value.lower() not in _EXCLUSIVE:
+                raise UsageError("Invalid --exclusive specification", exit_code=255)
+            req.exclusive = True
+        elif value is None:
             setattr(req, _FLAGS[name], True)
         return
     assert value is not None or spec.arg != "required"
     if name in _STRINGS:
+        if name == "open-mode":
+            if not value or value[0].lower() not in "at":
+                raise UsageError("Invalid --open-mode specification", exit_code=255)
+            value = "append" if value[0].lower() == "a" else "truncate"
         if name == "job-name" and not value:
-            raise UsageError("Invalid --job-name specification")
+            value = "allocation"  # what Slurm 22.05 names a job given an empty --job-name (captured)
+        if name == "array" and not value:
+            value = None  # an empty --array submits an ordinary job, as Slurm does
         setattr(req, _STRINGS[name], value)
     elif name == "time":
         try:
@@ -187,6 +287,12 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         req.nodes_min, req.nodes_max = parse_nodes(value or "")
     elif name in ("ntasks", "ntasks-per-node", "cpus-per-task"):
         setattr(req, name.replace("-", "_"), parse_count(value or "", "--" + name))
+    elif name == "mincpus":
+        parse_count(value or "", "--mincpus")
+    elif name in ("begin", "deadline"):
+        setattr(req, name, parse_begin(value or "", "--" + name))
+    elif name == "gpus":
+        parse_gpus(value or "", "--gpus")  # checked like Slurm; total GPU counts are not modelled
     elif name == "mem":
         req.mem_mb, req.mem_per_cpu_mb = parse_mem(value or "", "--mem"), None
     elif name == "mem-per-cpu":

@@ -39,6 +39,8 @@ def report(command: str, err: Exception) -> int:
         sys.stderr.write(err.stderr_text())
         return err.exit_code
     if isinstance(err, UsageError):
+        for line in getattr(err, "raw", ()):
+            print(line, file=sys.stderr)
         error(command, *err.lines)
         return err.exit_code
     if isinstance(err, SubmitError):
