@@ -22,6 +22,8 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
     """``1-10:2%3`` / ``1,4,7`` -> (task ids, throttle)."""
     body, _, throttle_text = spec.partition("%")
     ids: list[int] = []
+    if not body:
+        body = "0"  # "%2" alone: Slurm 22.05 makes it task 0 (captured)
     try:
         for part in body.split(","):
             match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
@@ -33,7 +35,9 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
             if last < first or step < 1:
                 raise ValueError(part)
             ids.extend(range(first, last + 1, step))
-        throttle = int(throttle_text) or None if throttle_text else None  # %0: no limit, as Slurm does
+        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi; captured)
+        digits = re.match(r"\d*", throttle_text).group()
+        throttle = int(digits) or None if digits else None
     except ValueError:
         raise SubmitError("Invalid job array specification") from None
     ids = sorted(set(ids))
@@ -117,7 +121,7 @@ def queue_jobs(
                     "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', 'None', ?,?,?,?,?,?,?)",
                     (
                         job_id, base if task is not None else None, task, throttle, db_text(name), user,
-                        os.getuid(), db_text(req.account), partition, kind, now, now, time_limit,
+                        os.getuid(), db_text(req.account), partition, kind, now, max(now, req.begin or now), time_limit,
                         1 if req.hold else 0, json.dumps(data), owner_pid, _ctime(owner_pid),
                     ),
                 )
