@@ -19,12 +19,48 @@ def read_script(rest: list[str], wrap: str | None) -> tuple[bytes, str | None]:
         return f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{wrap}\n".encode(), None
     path = rest[0] if rest else None
     try:
-        data = sys.stdin.buffer.read() if path is None else open(path, "rb").read()
+        data = sys.stdin.buffer.read() if path is None else _read_file(path)
     except OSError:
         raise UsageError(f"Unable to open file {path}") from None
+    # Slurm 22.05's checks, in its order: the first that fails is the only one reported
+    if not data:
+        raise UsageError("Batch script is empty!")
+    if not data.split(b"\0", 1)[0].strip(b" \t\n\v\f\r"):
+        raise UsageError("Batch script contains only whitespace!")
+    if not data.startswith(b"#!"):
+        raise UsageError(*SHEBANG_HELP)
     if b"\0" in data:
-        raise UsageError("The job script contains a NULL character, refusing to submit it.")
+        raise UsageError("The Slurm controller does not allow scripts that", "contain a NULL character '\\0'.")
+    if b"\r\n" in data:
+        raise UsageError("Batch script contains DOS line breaks (\\r\\n)", "instead of expected UNIX line breaks (\\n).")
+    if len(data) > MAX_SCRIPT_SIZE:
+        raise SubmitError("Pathname of a file, directory or other parameter too long")
     return data, path
+
+
+SHEBANG_HELP = (
+    "This does not look like a batch script.  The first",
+    "line must start with #! followed by the path to an interpreter.",
+    "For instance: #!/bin/sh",
+)
+MAX_SCRIPT_SIZE = 4 * 1024 * 1024  # slurmctld's default max_script_size: a byte more is refused
+
+
+def _read_file(path: str) -> bytes:
+    """The script's bytes; a directory reads as empty, as read(2) fails on it for sbatch too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except IsADirectoryError:
+                return b""
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def script_directives(script: bytes, path: str | None) -> list[str]:
