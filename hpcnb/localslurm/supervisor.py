@@ -117,7 +117,10 @@ class Supervisor:
         warn_at = None
         if req.get("signal") and deadline is not None:
             warn_at = deadline - req["signal"][2]
-        mem_limit = sum(p["mem"] for p in job["alloc"]) * 1024 * 1024
+        mem_mb = sum(p["mem"] for p in job["alloc"])
+        if not mem_mb:  # --mem=0: all of each node's memory, as with Slurm
+            mem_mb = sum(self.cluster.nodes[p["node"]].memory_mb for p in job["alloc"])
+        mem_limit = mem_mb * 1024 * 1024
         max_rss = 0
         verdict: Outcome | None = None
         next_poll = 0.0
