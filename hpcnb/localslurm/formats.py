@@ -85,3 +85,61 @@ def render(fmt: str, fields: dict[str, Callable[[], str]]) -> str:
 
 def header(fmt: str, names: dict[str, str]) -> str:
     return render(fmt, {k: (lambda v=v: v) for k, v in names.items()})
+
+
+def dependency_text(conn, job: dict[str, Any]) -> str:
+    """A job's dependency as squeue %E and scontrol show it: what is still outstanding, each id with
+    ``(unfulfilled)`` or ``(failed)``; satisfied terms (and unknown jobs) drop out; ``(null)`` when none."""
+    from . import db
+    from .scheduler import parse_dependency
+
+    spec = job["req"].get("dependency")
+    if not spec or job["state"] != "PENDING":
+        return "(null)"
+    try:
+        joiner, terms = parse_dependency(spec)
+    except ValueError:
+        return spec
+    parts = []
+    for kind, refs in terms:
+        if kind == "singleton":
+            busy = conn.execute(
+                "SELECT 1 FROM jobs WHERE name=? AND uid=? AND id<? AND state IN ('PENDING','RUNNING','COMPLETING')",
+                (job["name"], job["uid"], job["id"]),
+            ).fetchone()
+            if busy:
+                parts.append("singleton(unfulfilled)")
+            continue
+        for ref in refs:
+            if "_" in ref:
+                base, task = ref.split("_")
+                rows = conn.execute("SELECT state, start_time FROM jobs WHERE array_job_id=? AND array_task_id=?",
+                                    (int(base), int(task))).fetchall()
+            else:
+                rows = conn.execute("SELECT state, start_time FROM jobs WHERE id=? OR array_job_id=?",
+                                    (int(ref), int(ref))).fetchall()
+            if not rows:
+                continue
+            states = [r["state"] for r in rows]
+            final = all(s in db.FINAL_STATES for s in states)
+            if kind == "after":
+                status = "ok" if all(r["start_time"] for r in rows) else "wait"
+            elif kind == "afterany":
+                status = "ok" if final else "wait"
+            elif kind == "afterok":
+                bad = any(s in db.FINAL_STATES and s != "COMPLETED" for s in states)
+                status = "never" if bad else "ok" if final else "wait"
+            else:  # afternotok / aftercorr
+                good = all(s == "COMPLETED" for s in states)
+                status = "never" if final and good else "ok" if final else "wait"
+            if status != "ok":
+                parts.append(f"{kind}:{ref}({'unfulfilled' if status == 'wait' else 'failed'})")
+    return ("?" if joiner == "any" else ",").join(parts) or "(null)"
+
+
+def tres_per_node(req: dict[str, Any]) -> str | None:
+    """squeue %b / scontrol TresPerNode: ``gres:gpu:N`` (None without GPUs)."""
+    if not req.get("gpus_per_node"):
+        return None
+    kind = f"{req['gpu_type']}:" if req.get("gpu_type") else ""
+    return f"gres:gpu:{kind}{req['gpus_per_node']}"

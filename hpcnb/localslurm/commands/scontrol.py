@@ -11,67 +11,204 @@ from .scancel import wake_supervisor
 from .sinfo import node_states
 
 
-def show_job(job: dict, cluster, now: float) -> str:
+def _group(uid: int) -> str:
+    import grp
+    import pwd
+
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return f"{uid}({uid})"
+    try:
+        return f"{grp.getgrgid(gid).gr_name}({gid})"
+    except KeyError:
+        return f"{gid}({gid})"
+
+
+def _waiting_for_dependency(job: dict) -> bool:
+    return job["state"] == "PENDING" and job["reason"] in ("Dependency", "DependencyNeverSatisfied")
+
+
+def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None) -> list[str]:
+    """``scontrol show job`` for one job, line by line, as Slurm 22.05 prints it.
+
+    ``task_ids`` shows a pending array's waiting tasks as one record (``ArrayTaskId=2-4%2``),
+    as slurmctld keeps them until they start.
+    """
+    from ..alloc import task_count
+    from ..request import JobRequest
+    from ..supervisor import expand_pattern
+    from .sacct import requested
+
     req = job["req"]
     alloc = job["alloc"] or []
-    cpus = sum(p["cpus"] for p in alloc) or (req["ntasks"] or 1) * (req["cpus_per_task"] or 1)
-    mem = sum(p["mem"] for p in alloc)
-    out = req["output"] or ("slurm-%A_%a.out" if job["array_job_id"] is not None else "slurm-%j.out")
-    from ..supervisor import expand_pattern
-
-    node = alloc[0]["node"] if alloc else "(null)"
-    stdout = f"{req['workdir']}/{expand_pattern(out, job, node)}"
-    stderr = f"{req['workdir']}/{expand_pattern(req['error'], job, node)}" if req["error"] else stdout
-    end = job["end_time"] or (job["start_time"] + job["time_limit"] if job["start_time"] and job["time_limit"] else None)
-    array = ""
+    req_cpus, req_mem, req_nodes, req_gpus = requested(job, cluster)
+    if alloc:
+        cpus, mem, nodes = sum(p["cpus"] for p in alloc), sum(p["mem"] for p in alloc), len(alloc)
+        gpus, tasks = sum(len(p["gpus"]) for p in alloc), sum(p["tasks"] for p in alloc)
+    else:
+        cpus, mem, nodes, gpus = req_cpus, req_mem, req_nodes, req_gpus
+        tasks = task_count(JobRequest.from_json(req))
+    pending = job["state"] == "PENDING"
+    job_id = job["array_job_id"] if task_ids is not None else job["id"]
+    head = f"JobId={job_id}"
     if job["array_job_id"] is not None:
-        array = f" ArrayJobId={job['array_job_id']} ArrayTaskId={job['array_task_id']}"
+        head += f" ArrayJobId={job['array_job_id']} ArrayTaskId={task_ids or job['array_task_id']}"
+        if job["array_throttle"]:
+            head += f" ArrayTaskThrottle={job['array_throttle']}"
+    head += f" JobName={job['name']}"
+    blocked = pending and (job["held"] or _waiting_for_dependency(job))
+    eligible = "Unknown" if blocked else formats.stamp(job["eligible_time"])
+    end = job["end_time"] or (job["start_time"] + job["time_limit"] if job["start_time"] and job["time_limit"] else None)
+    exit_code = f"{job['exit_code']}:{job['exit_signal']}"
+    if job["state"] == "CANCELLED" and job["start_time"] and (job["exit_code"], job["exit_signal"]) == (0, 0):
+        batch = conn.execute("SELECT exit_code, exit_signal FROM steps WHERE job_id=? AND step='batch'",
+                             (job["id"],)).fetchone()
+        if batch:  # a cancelled job ends with its batch step's status (SIGTERM)
+            exit_code = f"{batch['exit_code']}:{batch['exit_signal']}"
+    tres = f"cpu={cpus},mem={mem}M,node={nodes},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
+    min_mem = (f"MinMemoryNode={req['mem_mb']}M" if req["mem_mb"] is not None
+               else f"MinMemoryCPU={req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M")
     lines = [
-        f"JobId={job['id']}{array} JobName={job['name']}",
-        f"   UserId={job['user']}({job['uid']}) GroupId={job['user']}({job['uid']}) MCS_label=N/A",
-        f"   Priority={4294901760 - job['id']} Nice=0 Account={job['account'] or job['user']} QOS=normal",
-        f"   JobState={job['state']} Reason={job['reason']} Dependency={req['dependency'] or '(null)'}",
+        head,
+        f"   UserId={job['user']}({job['uid']}) GroupId={_group(job['uid'])} MCS_label=N/A",
+        f"   Priority={0 if job['held'] else 4294901760 - job['id']} Nice=0 Account={job['account'] or job['user']} "
+        "QOS=normal",
+        f"   JobState={job['state']} Reason={job['reason']} Dependency={formats.dependency_text(conn, job)}",
         f"   Requeue={0 if req['requeue'] is False else 1} Restarts={job['restart_count']} "
-        f"BatchFlag={1 if job['kind'] == 'batch' else 0} Reboot=0 ExitCode={job['exit_code']}:{job['exit_signal']}",
-        f"   RunTime={formats.elapsed(formats.run_time(job, now))} TimeLimit={'UNLIMITED' if job['time_limit'] is None else formats.elapsed(job['time_limit'])} TimeMin=N/A",
-        f"   SubmitTime={formats.stamp(job['submit_time'])} EligibleTime={formats.stamp(job['eligible_time'])}",
+        f"BatchFlag={1 if job['kind'] == 'batch' else 0} Reboot=0 ExitCode={exit_code}",
+        f"   RunTime={formats.elapsed(formats.run_time(job, now))} "
+        f"TimeLimit={'UNLIMITED' if job['time_limit'] is None else formats.elapsed(job['time_limit'])} TimeMin=N/A",
+        f"   SubmitTime={formats.stamp(job['submit_time'])} EligibleTime={eligible}",
+        f"   AccrueTime={eligible}",
         f"   StartTime={formats.stamp(job['start_time'])} EndTime={formats.stamp(end)} Deadline=N/A",
+        "   SuspendTime=None SecsPreSuspend=0 "
+        f"LastSchedEval={formats.stamp(job['start_time'] or job['submit_time'])} Scheduler=Main",
         f"   Partition={job['partition']} AllocNode:Sid={req['submit_host']}:0",
         f"   ReqNodeList={req['nodelist'] or '(null)'} ExcNodeList={req['exclude'] or '(null)'}",
         f"   NodeList={job['nodelist'] or ''}",
-        f"   NumNodes={len(alloc) or req['nodes_min'] or 1} NumCPUs={cpus} NumTasks={sum(p['tasks'] for p in alloc) or req['ntasks'] or 1} "
-        f"CPUs/Task={req['cpus_per_task'] or 1} ReqB:S:C:T=0:0:*:*",
-        f"   TRES=cpu={cpus},mem={mem}M,node={len(alloc) or 1},billing={cpus}"
-        + (f",gres/gpu={sum(len(p['gpus']) for p in alloc)}" if req["gpus_per_node"] else ""),
+    ]
+    if alloc:
+        lines.append(f"   BatchHost={alloc[0]['node']}")
+    lines += [
+        f"   NumNodes={nodes} NumCPUs={cpus} NumTasks={tasks} CPUs/Task={req['cpus_per_task'] or 1} ReqB:S:C:T=0:0:*:*",
+        f"   TRES={tres}",
+        f"   Socks/Node=* NtasksPerN:B:S:C={req['ntasks_per_node'] or 0}:0:*:* CoreSpec=*",
+        f"   MinCPUsNode={(req['cpus_per_task'] or 1) * (req['ntasks_per_node'] or 1)} {min_mem} MinTmpDiskNode=0",
+        f"   Features={req.get('constraint') or '(null)'} DelayBoot=00:00:00",
+        "   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)",
         f"   Command={req.get('script_path') or '(null)'}",
         f"   WorkDir={req['workdir']}",
     ]
     if job["kind"] == "batch":
-        lines += [f"   StdErr={stderr}", "   StdIn=/dev/null", f"   StdOut={stdout}"]
-    return "\n".join(lines) + "\n"
+        node = alloc[0]["node"] if alloc else "(null)"
+        out = req["output"] or ("slurm-%A_%a.out" if job["array_job_id"] is not None else "slurm-%j.out")
+
+        def full(pattern: str) -> str:
+            path = expand_pattern(pattern, job, node)
+            return path if path.startswith("/") else f"{req['workdir']}/{path}"
+
+        stdout = full(out)
+        lines += [f"   StdErr={full(req['error']) if req['error'] else stdout}",
+                  f"   StdIn={full(req['input']) if req.get('input') else '/dev/null'}",
+                  f"   StdOut={stdout}"]
+    lines.append("   Power=")
+    per_node = formats.tres_per_node(req)
+    if per_node:
+        lines.append(f"   TresPerNode={per_node}")
+    return lines
+
+
+def show_jobs(jobs: list[dict], cluster, conn, now: float, one_liner: bool, single_task: bool = False) -> str:
+    """Records of the given jobs; an array's tasks that never started share one record."""
+    records: list[list[str]] = []
+    waiting: dict[int, list[dict]] = {}
+    for job in jobs:
+        if (job["array_job_id"] is not None and job["state"] == "PENDING" and job["start_time"] is None
+                and not job["restart_count"]):
+            waiting.setdefault(job["array_job_id"], []).append(job)
+            continue
+        records.append(job_lines(job, cluster, conn, now))
+    from .common import int_ranges
+
+    for tasks in waiting.values():
+        first = tasks[-1]
+        ids = int_ranges([t["array_task_id"] for t in tasks])
+        if len(tasks) > 1 or not single_task:
+            ids += f"%{first['array_throttle']}" if first["array_throttle"] and len(tasks) > 1 else ""
+        records.insert(0, job_lines(first, cluster, conn, now, ids))
+    if one_liner:
+        return "\n".join(" ".join(part.strip() for part in lines) + " " for lines in records)
+    return "\n".join("\n".join(lines) + "\n   \n" for lines in records)
 
 
 def show_node(name: str, cluster, conn) -> str:
     node = cluster.nodes[name]
     state, used_cpus, used_mem = node_states(cluster, conn)[name]
+    used_gpus = _used_gpus(conn, name)
     parts = ",".join(p.name for p in cluster.partitions.values() if name in p.nodes)
     gres = f"gpu:{node.gpus}" if node.gpus else "(null)"
+    index = list(cluster.nodes).index(name)
+    alloc_tres = ""
+    if used_cpus or used_mem:
+        alloc_tres = f"cpu={used_cpus},mem={used_mem}M" + (f",gres/gpu={used_gpus}" if used_gpus else "")
+    cfg_tres = f"cpu={node.cpus},mem={node.memory_mb}M,billing={node.cpus}" + (f",gres/gpu={node.gpus}" if node.gpus else "")
+    import os
+    import platform
+
+    uname = os.uname()
+    now = formats.stamp(db.now())
     return "\n".join([
-        f"NodeName={name} Arch=x86_64 CoresPerSocket={node.cpus} ",
-        f"   CPUAlloc={used_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus} CPULoad=0.00",
+        f"NodeName={name} Arch={platform.machine()} CoresPerSocket={node.cpus} ",
+        f"   CPUAlloc={used_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus} CPULoad={os.getloadavg()[0]:.2f}",
         f"   AvailableFeatures={','.join(node.features) or '(null)'}",
         f"   ActiveFeatures={','.join(node.features) or '(null)'}",
         f"   Gres={gres}",
-        "   NodeAddr=127.0.0.1 NodeHostName=localhost Version=22.05.8",
-        f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={node.memory_mb - used_mem} Sockets=1 Boards=1",
-        f"   State={state.upper() if state != 'alloc' else 'ALLOCATED'} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
+        f"   NodeAddr=127.0.0.1 NodeHostName=localhost Port={17001 + index} Version=22.05.8",
+        f"   OS={uname.sysname} {uname.release} {uname.version} ",
+        f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={_free_mb()} Sockets=1 Boards=1",
+        f"   State={_NODE_STATE[state]} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
         f"   Partitions={parts} ",
+        f"   BootTime={formats.stamp(_boot_time())} SlurmdStartTime={now}",
+        f"   LastBusyTime={now}",
+        f"   CfgTRES={cfg_tres}",
+        f"   AllocTRES={alloc_tres}",
+        "   CapWatts=n/a",
+        "   CurrentWatts=0 AveWatts=0",
+        "   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]) + "\n"
+
+
+_NODE_STATE = {"idle": "IDLE", "mix": "MIXED", "alloc": "ALLOCATED"}
+
+
+def _used_gpus(conn, name: str) -> int:
+    running = db.jobs_where(conn, "state IN ('RUNNING','COMPLETING')")
+    return sum(len(p["gpus"]) for j in running for p in j["alloc"] or [] if p["node"] == name)
+
+
+def _free_mb() -> int:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available // (1024 * 1024)
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _boot_time() -> float:
+    try:
+        import psutil
+
+        return psutil.boot_time()
+    except Exception:  # noqa: BLE001
+        return db.now()
 
 
 def show_partition(part, cluster) -> str:
     cpus = sum(cluster.nodes[n].cpus for n in part.nodes)
     mem = sum(cluster.nodes[n].memory_mb for n in part.nodes)
+    gpus = sum(cluster.nodes[n].gpus for n in part.nodes)
     max_time = "UNLIMITED" if part.max_time is None else formats.elapsed(part.max_time)
     return "\n".join([
         f"PartitionName={part.name}",
@@ -85,11 +222,12 @@ def show_partition(part, cluster) -> str:
         f"   State=UP TotalCPUs={cpus} TotalNodes={len(part.nodes)} SelectTypeParameters=NONE",
         "   JobDefaults=(null)",
         "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
-        f"   TRES=cpu={cpus},mem={mem}M,node={len(part.nodes)},billing={cpus}",
+        f"   TRES=cpu={cpus},mem={mem}M,node={len(part.nodes)},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else ""),
     ]) + "\n"
 
 
 def main(argv: list[str]) -> int:
+    one_liner = any(a in ("-o", "--oneliner") for a in argv)
     args = [a for a in argv if a not in ("-d", "--details", "-o", "--oneliner")]
     if not args:
         print("scontrol: error: no command given", file=sys.stderr)
@@ -98,36 +236,61 @@ def main(argv: list[str]) -> int:
     conn, cluster = open_cluster()
     if verb == "show" and rest:
         what, names = rest[0].lower(), rest[1:]
-        if what == "hostnames":
+        if what in ("hostnames", "hostname"):
             text = names[0] if names else _env_nodelist()
             if text is None:
                 print("scontrol: error: host list is empty", file=sys.stderr)
-                return 1
+                return 0
             try:
                 print("\n".join(hostlist.expand_hostlist(text)))
             except hostlist.BadHostlist:
                 print(f"scontrol: error: Invalid hostlist: {text}", file=sys.stderr)
                 return 1
             return 0
-        if what == "job":
-            jobs = select_jobs(conn, names[0] if names else None)
-            if not jobs:
-                print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        if what in ("hostlist", "hostlistsorted"):
+            if not names:
+                print("scontrol: error: host list is empty", file=sys.stderr)
+                return 0
+            hosts = names[0].split(",")
+            try:
+                hosts = [h for part in hosts for h in hostlist.expand_hostlist(part)]
+                text = hostlist.collect_hostlist(hosts) if what == "hostlistsorted" else _compress_in_order(hosts)
+            except hostlist.BadHostlist:
+                print(f"scontrol: error: Invalid hostlist: {names[0]}", file=sys.stderr)
                 return 1
-            print("\n".join(show_job(j, cluster, db.now()) for j in jobs))
+            print(text)
             return 0
-        if what == "node":
-            wanted = hostlist.expand_hostlist(names[0]) if names else list(cluster.nodes)
+        if what in ("job", "jobs", "jobid"):
+            jobs = select_jobs(conn, names[0] if names else None)
+            if not names:
+                jobs = [j for j in jobs if j["end_time"] is None or db.now() - j["end_time"] < 300]
+            if not jobs:
+                if names:
+                    print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+                    return 1
+                print("No jobs in the system")
+                return 0
+            single = bool(names) and "_" in names[0]
+            print(show_jobs(jobs, cluster, conn, db.now(), one_liner, single))
+            return 0
+        if what in ("node", "nodes"):
+            try:
+                wanted = hostlist.expand_hostlist(names[0]) if names else list(cluster.nodes)
+            except hostlist.BadHostlist:
+                wanted = [names[0]]
             unknown = [n for n in wanted if n not in cluster.nodes]
             if unknown:
-                print(f"Node {unknown[0]} not found", file=sys.stderr)
+                print(f"Node {unknown[0]} not found")
                 return 1
-            print("\n".join(show_node(n, cluster, conn) for n in wanted))
+            records = [show_node(n, cluster, conn) for n in wanted]
+            if one_liner:
+                records = [" ".join(records_line.strip() for records_line in r.splitlines()) + " \n" for r in records]
+            print("\n".join(records))
             return 0
-        if what == "partition":
+        if what in ("partition", "partitions"):
             parts = [p for p in cluster.partitions.values() if not names or p.name == names[0]]
             if not parts:
-                print(f"Partition {names[0]} not found", file=sys.stderr)
+                print(f"Partition {names[0]} not found")
                 return 1
             print("\n".join(show_partition(p, cluster) for p in parts))
             return 0
@@ -135,6 +298,17 @@ def main(argv: list[str]) -> int:
         return control(conn, verb, rest[0])
     print(f"scontrol: error: Invalid command: {' '.join(args)}", file=sys.stderr)
     return 1
+
+
+def _compress_in_order(hosts: list[str]) -> str:
+    """``scontrol show hostlist``: ranges of consecutive names, in the order given."""
+    groups: list[list[str]] = []
+    for host in hosts:
+        if groups and hostlist.collect_hostlist(groups[-1] + [host]).count(",") == 0:
+            groups[-1].append(host)
+        else:
+            groups.append([host])
+    return ",".join(hostlist.collect_hostlist(g) for g in groups)
 
 
 def _env_nodelist() -> str | None:

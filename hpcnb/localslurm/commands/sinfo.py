@@ -1,7 +1,14 @@
-"""sinfo: partitions and nodes of the virtual cluster."""
+"""sinfo: partitions and nodes of the virtual cluster, in Slurm 22.05's formats.
+
+Default, ``-l``, ``-s``, ``-N`` and ``-N -l`` layouts, ``-o`` letters and ``-O`` field names as the
+real sinfo prints them (compared by tests/parity); node statistics (CPU_LOAD, FREE_MEM) are the host's.
+"""
 from __future__ import annotations
 
-
+import os
+import re
+import sys
+import time
 
 import hostlist
 
@@ -9,18 +16,30 @@ from .. import alloc, db, formats
 from .common import getopt_parse, open_cluster
 
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
-NODE_FORMAT = "%N %.6D %P %6t"
+LONG_FORMAT = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+SUMMARY_FORMAT = "%9P %.5a %.10l %.16F %N"
+NODE_FORMAT = "%9N %.6D %.9P %6t"
+NODE_LONG_FORMAT = "%9N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 HEADERS = {
-    "P": "PARTITION", "R": "PARTITION", "a": "AVAIL", "l": "TIMELIMIT", "D": "NODES", "t": "STATE", "T": "STATE",
-    "N": "NODELIST", "n": "HOSTNAMES", "c": "CPUS", "m": "MEMORY", "G": "GRES", "C": "CPUS(A/I/O/T)",
-    "e": "FREE_MEM", "O": "CPU_LOAD", "f": "AVAIL_FEATURES", "z": "S:C:T", "s": "JOB_SIZE",
+    "a": "AVAIL", "A": "NODES(A/I)", "b": "ACTIVE_FEATURES", "B": "MAX_CPUS_PER_NODE", "c": "CPUS",
+    "C": "CPUS(A/I/O/T)", "d": "TMP_DISK", "D": "NODES", "e": "FREE_MEM", "E": "REASON", "f": "AVAIL_FEATURES",
+    "F": "NODES(A/I/O/T)", "g": "GROUPS", "G": "GRES", "h": "OVERSUBSCRIBE", "H": "TIMESTAMP", "l": "TIMELIMIT",
+    "L": "DEFAULTTIME", "m": "MEMORY", "n": "HOSTNAMES", "N": "NODELIST", "o": "NODE_ADDR", "O": "CPU_LOAD",
+    "p": "PRIO_TIER", "P": "PARTITION", "r": "ROOT", "R": "PARTITION", "s": "JOB_SIZE", "S": "ALLOCNODES",
+    "t": "STATE", "T": "STATE", "w": "WEIGHT", "X": "SOCKETS", "Y": "CORES", "Z": "THREADS", "z": "S:C:T",
+    "V": "CLUSTER", "v": "VERSION",
 }
-# --Format field names -> (format letter, default width)
+# --Format names (22.05) -> format letter
 LONG_FIELDS = {
-    "partition": "P", "partitionname": "R", "available": "a", "timelimit": "l", "nodes": "D", "statecompact": "t",
-    "statelong": "T", "nodelist": "N", "nodehost": "n", "cpus": "c", "memory": "m", "gres": "G",
-    "cpusstate": "C", "freemem": "e", "cpusload": "O", "features": "f",
+    "available": "a", "nodeai": "A", "features_act": "b", "maxcpuspernode": "B", "cpus": "c", "cpusstate": "C",
+    "disk": "d", "nodes": "D", "freemem": "e", "reason": "E", "features": "f", "nodeaiot": "F", "groups": "g",
+    "gres": "G", "oversubscribe": "h", "timestamp": "H", "time": "l", "defaulttime": "L", "memory": "m",
+    "nodehost": "n", "nodelist": "N", "nodeaddr": "o", "cpusload": "O", "prioritytier": "p", "partition": "P",
+    "root": "r", "partitionname": "R", "size": "s", "allocnodes": "S", "statecompact": "t", "statelong": "T",
+    "weight": "w", "sockets": "X", "cores": "Y", "threads": "Z", "socketcorethread": "z", "cluster": "V",
+    "version": "v",
 }
+LONG_STATES = {"idle": "idle", "mix": "mixed", "alloc": "allocated"}
 
 
 def node_states(cluster, conn) -> dict[str, tuple[str, int, int]]:
@@ -35,45 +54,149 @@ def node_states(cluster, conn) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def rows(cluster, conn, by_node: bool) -> list[dict]:
+def rows(cluster, conn, by_node: bool, summary: bool = False) -> list[dict]:
     states = node_states(cluster, conn)
     out = []
+    if by_node:  # one line per node and partition, node by node
+        for name in cluster.nodes:
+            for part in cluster.partitions.values():
+                if name in part.nodes:
+                    out.append({"part": part, "nodes": [name], "state": states[name][0], "states": states})
+        return out
     for part in cluster.partitions.values():
         groups: dict[str, list[str]] = {}
-        for name in part.nodes:
-            key = name if by_node else states[name][0]
-            groups.setdefault(key, []).append(name)
+        for name in part.nodes:  # one line per node state (-s: one per partition)
+            groups.setdefault("all" if summary else states[name][0], []).append(name)
         for key, names in groups.items():
             out.append({"part": part, "nodes": names, "state": states[names[0]][0], "states": states})
     return out
 
 
+def _partition_name(part, width: str) -> str:
+    """P: the name with ``*`` for the default partition; cut so that the ``*`` stays."""
+    name = part.name + ("*" if part.default else "")
+    if width and part.default and len(name) > int(width):
+        name = part.name[: max(0, int(width) - 1)] + "*"
+    return name
+
+
 def fields(row: dict, cluster) -> dict:
     part, names = row["part"], row["nodes"]
     first = cluster.nodes[names[0]]
-    used = sum(row["states"][n][1] for n in names)
+    states = row["states"]
+    used = sum(states[n][1] for n in names)
     total = sum(cluster.nodes[n].cpus for n in names)
+    busy_nodes = sum(1 for n in names if states[n][0] != "idle")
     gpus = f"gpu:{first.gpus}" if first.gpus else "(null)"
     return {
         "P": lambda: part.name + ("*" if part.default else ""),
         "R": lambda: part.name,
         "a": lambda: "up",
-        "l": lambda: "infinite" if part.max_time is None else formats.duration(part.max_time),
-        "D": lambda: str(len(names)),
-        "t": lambda: row["state"],
-        "T": lambda: {"idle": "idle", "mix": "mixed", "alloc": "allocated"}[row["state"]],
-        "N": lambda: hostlist.collect_hostlist(names),
-        "n": lambda: "localhost",
+        "A": lambda: f"{busy_nodes}/{len(names) - busy_nodes}",
+        "b": lambda: ",".join(first.features) or "(null)",
+        "B": lambda: "UNLIMITED",
         "c": lambda: str(first.cpus),
-        "m": lambda: str(first.memory_mb),
-        "G": lambda: gpus,
         "C": lambda: f"{used}/{total - used}/0/{total}",
-        "e": lambda: str(first.memory_mb - row["states"][names[0]][2]),
-        "O": lambda: "0.00",
+        "d": lambda: "0",
+        "D": lambda: str(len(names)),
+        "e": lambda: str(_free_mb()),
+        "E": lambda: "none",
         "f": lambda: ",".join(first.features) or "(null)",
-        "z": lambda: f"1:{first.cpus}:1",
+        "F": lambda: f"{busy_nodes}/{len(names) - busy_nodes}/0/{len(names)}",
+        "g": lambda: "all",
+        "G": lambda: gpus,
+        "h": lambda: "NO",
+        "H": lambda: "Unknown",
+        "l": lambda: "infinite" if part.max_time is None else formats.duration(part.max_time),
+        "L": lambda: "n/a",
+        "m": lambda: str(first.memory_mb),
+        "n": lambda: "localhost",
+        "N": lambda: hostlist.collect_hostlist(names),
+        "o": lambda: "127.0.0.1",
+        "O": lambda: f"{os.getloadavg()[0]:.2f}",
+        "p": lambda: "1",
+        "r": lambda: "no",
         "s": lambda: "1-infinite",
+        "S": lambda: "all",
+        "t": lambda: row["state"],
+        "T": lambda: LONG_STATES[row["state"]],
+        "v": lambda: "22.05.8",
+        "V": lambda: "N/A",
+        "w": lambda: "1",
+        "X": lambda: "1",
+        "Y": lambda: str(first.cpus),
+        "Z": lambda: "1",
+        "z": lambda: f"1:{first.cpus}:1",
     }
+
+
+def _free_mb() -> int:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available // (1024 * 1024)
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+_SPEC = re.compile(r"%(\.)?(\d*)([A-Za-z%])")
+
+
+def render(fmt: str, values: dict, part=None) -> str:
+    """An ``-o`` format: ``%.N`` right-justifies, ``%N`` left-justifies; values are cut to N."""
+    out, pos = [], 0
+    for match in _SPEC.finditer(fmt):
+        out.append(fmt[pos:match.start()])
+        pos = match.end()
+        right, width, letter = match.groups()
+        if letter == "%":
+            out.append("%")
+            continue
+        if letter not in values:
+            out.append(match.group(0))
+            continue
+        value = values[letter]()
+        if letter == "P" and part is not None:
+            value = _partition_name(part, width)
+        if width:
+            size = int(width)
+            value = value[:size]
+            value = value.rjust(size) if right else value.ljust(size)
+        out.append(value)
+    out.append(fmt[pos:])
+    return "".join(out)
+
+
+def check_format(fmt: str) -> None:
+    """Like sinfo: a ``%`` not followed by a field (e.g. ``%-6t``) is printed as is, with a warning."""
+    for match in re.finditer(r"%(?![.\d]*[A-Za-z%])(.?)", fmt):
+        print(f"Invalid node format specification: {match.group(1)}", file=sys.stderr)
+
+
+def long_format(spec: str) -> list[tuple[str, int, bool]]:
+    """``-O partition:10,nodes`` -> [(letter, width, right-justified)] (width 20 unless given)."""
+    out = []
+    for item in spec.split(","):
+        name, _, width = item.partition(":")
+        letter = LONG_FIELDS.get(name.strip().lower())
+        if letter is None:
+            print(f"sinfo: error: Invalid job format specification: {name.strip()}", file=sys.stderr)
+            continue
+        right = width.startswith(".")
+        size = width.lstrip(".")
+        out.append((letter, int(size) if size.isdigit() else 20, right))
+    return out
+
+
+def render_long(spec: list[tuple[str, int, bool]], values: dict, part=None) -> str:
+    out = []
+    for letter, width, right in spec:
+        value = values[letter]()
+        if letter == "P" and part is not None:
+            value = _partition_name(part, str(width))
+        value = value[:width]
+        out.append(value.rjust(width) if right else value.ljust(width))
+    return "".join(out)
 
 
 def main(argv: list[str]) -> int:
@@ -82,41 +205,41 @@ def main(argv: list[str]) -> int:
         ["format=", "Format=", "noheader", "Node", "partition=", "long", "summarize", "all"],
     )
     conn, cluster = open_cluster()
-    fmt, show_header, by_node, partitions = DEFAULT_FORMAT, True, False, None
+    fmt, spec, show_header, by_node, partitions, long, summary = None, None, True, False, None, False, False
     for opt, val in opts:
         if opt in ("-o", "--format"):
             fmt = val
         elif opt in ("-O", "--Format"):
-            fmt = long_format(val)
+            spec = long_format(val)
         elif opt in ("-h", "--noheader"):
             show_header = False
         elif opt in ("-N", "--Node"):
             by_node = True
-            if fmt == DEFAULT_FORMAT:
-                fmt = "%N %.6D %P %6t"
         elif opt in ("-p", "--partition"):
             partitions = set(val.split(","))
-    lines = [formats.header(fmt, HEADERS)] if show_header else []
-    for row in rows(cluster, conn, by_node):
+        elif opt in ("-l", "--long"):
+            long = True
+        elif opt in ("-s", "--summarize"):
+            summary = True
+    if fmt is None and spec is None:
+        if by_node:
+            fmt = NODE_LONG_FORMAT if long else NODE_FORMAT
+        elif summary:
+            fmt = SUMMARY_FORMAT
+        else:
+            fmt = LONG_FORMAT if long else DEFAULT_FORMAT
+    if fmt is not None:
+        check_format(fmt)
+    lines = []
+    if long and show_header:
+        lines.append(time.strftime("%a %b %e %H:%M:%S %Y"))
+    headers = {k: (lambda v=v: v) for k, v in HEADERS.items()}
+    if show_header:
+        lines.append(render_long(spec, headers) if spec is not None else render(fmt, headers))
+    for row in rows(cluster, conn, by_node and not summary, summary):
         if partitions and row["part"].name not in partitions:
             continue
-        lines.append(formats.render(fmt, fields(row, cluster)))
+        values = fields(row, cluster)
+        lines.append(render_long(spec, values, row["part"]) if spec is not None else render(fmt, values, row["part"]))
     print("\n".join(lines))
     return 0
-
-
-def long_format(spec: str) -> str:
-    """``-O partition:10,nodes`` -> an equivalent ``-o`` string (width 20 unless given)."""
-    parts = []
-    for item in spec.split(","):
-        name, _, width = item.partition(":")
-        letter = LONG_FIELDS.get(name.strip().lower())
-        if letter is None:
-            raise SystemExit(f"Invalid node format specification: {name}")
-        right = width.startswith(".")
-        size = width.lstrip(".") or "20"
-        parts.append(f"%{'.' if right else ''}{size}{letter}")
-    return " ".join(parts)
-
-
-

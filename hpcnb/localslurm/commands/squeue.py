@@ -18,9 +18,13 @@ HEADERS = {
     "Z": "WORK_DIR", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "o": "COMMAND", "c": "MIN_CPUS",
 }
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
+STATE_ORDER = {  # Slurm's job_states enum
+    "PENDING": 0, "RUNNING": 1, "COMPLETING": 1, "SUSPENDED": 2, "COMPLETED": 3, "CANCELLED": 4, "FAILED": 5,
+    "TIMEOUT": 6, "NODE_FAIL": 7, "PREEMPTED": 8, "BOOT_FAIL": 9, "DEADLINE": 10, "OUT_OF_MEMORY": 11,
+}
 
 
-def fields(job: dict, cluster, now: float) -> dict:
+def fields(job: dict, cluster, now: float, conn=None) -> dict:
     req = job["req"]
     running = job["state"] in ("RUNNING", "COMPLETING")
     cpus = sum(p["cpus"] for p in job["alloc"]) if job["alloc"] else (req["ntasks"] or 1) * (req["cpus_per_task"] or 1)
@@ -43,12 +47,12 @@ def fields(job: dict, cluster, now: float) -> dict:
         "N": lambda: job["nodelist"] or "",
         "r": lambda: reason,
         "C": lambda: str(cpus),
-        "b": lambda: f"gres/gpu:{req['gpus_per_node']}" if req["gpus_per_node"] else "N/A",
+        "b": lambda: formats.tres_per_node(req) or "N/A",
         "S": lambda: formats.stamp(job["start_time"], "N/A"),
         "e": lambda: formats.stamp(job["end_time"] or (job["start_time"] + job["time_limit"] if running and job["time_limit"] else None), "N/A"),
         "V": lambda: formats.stamp(job["submit_time"]),
-        "Q": lambda: str(4294901760 - job["id"]),
-        "E": lambda: req["dependency"] or "(null)",
+        "Q": lambda: str(0 if job["held"] else 4294901760 - job["id"]),
+        "E": lambda: formats.dependency_text(conn, job),
         "a": lambda: job["account"] or job["user"],
         "k": lambda: req["comment"] or "(null)",
         "m": lambda: f"{req['mem_mb']}M" if req["mem_mb"] is not None else f"{req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M",
@@ -91,7 +95,7 @@ def main(argv: list[str]) -> int:
          "all", "nodelist=", "sort=", "iterate="],
     )
     conn, cluster = open_cluster()
-    fmt, show_header, array_lines = DEFAULT_FORMAT, True, False
+    fmt, show_header, array_lines, long_listing = DEFAULT_FORMAT, True, False, False
     users = partitions = names = states = job_ids = None
     import getpass
 
@@ -115,7 +119,7 @@ def main(argv: list[str]) -> int:
         elif opt in ("-r", "--array"):
             array_lines = True
         elif opt in ("-l", "--long"):
-            fmt = LONG_FORMAT
+            fmt, long_listing = LONG_FORMAT, True
     now = time.time()
     jobs = select_jobs(conn, job_ids)
     if job_ids and not jobs:
@@ -137,11 +141,16 @@ def main(argv: list[str]) -> int:
         if names and job["name"] not in names:
             continue
         visible.append(job)
-    visible.sort(key=lambda j: (j["state"] != "PENDING", j["id"] if j["state"] == "PENDING" else -j["id"]))
+    # squeue's default order (-S P,t,-p): partition name, job state (pending first), then priority
+    # (highest first; basic priority falls with each submission, held jobs have 0)
+    visible.sort(key=lambda j: (j["partition"], STATE_ORDER.get(j["state"], 99),
+                                0 if j["held"] else -(4294901760 - j["id"]), j["array_task_id"] or 0))
     if not array_lines:
         visible = collapse_arrays(visible)
     lines = [formats.header(fmt, HEADERS)] if show_header else []
-    lines += [formats.render(fmt, fields(job, cluster, now)) for job in visible]
+    if long_listing and show_header:
+        lines.insert(0, time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(now)))
+    lines += [formats.render(fmt, fields(job, cluster, now, conn)) for job in visible]
     if lines:
         print("\n".join(lines))
     return 0
