@@ -239,9 +239,6 @@ def test_two_node_srun_job_output_has_both_nodes(workdir: Path) -> None:
     assert step.state == "COMPLETED" and step.nnodes == 2
 
 
-@pytest.mark.xfail(strict=True, reason="local sacct.py:step_row builds a step's AllocTRES with 1 node and no "
-                   "memory (cpu=2,node=1); the real Slurm 22.05.8 of ci/real-slurm.sh prints "
-                   "cpu=2,mem=1000M,node=2 for a 2-node step and cpu=1,mem=500M,node=1 for its .batch")
 def test_step_alloc_tres_counts_nodes_and_memory_like_slurm(workdir: Path) -> None:
     job = submit(wrap="srun true", nodes=2, ntasks_per_node=1)
     assert job.wait(timeout=WAIT, quiet=True) == "COMPLETED"
