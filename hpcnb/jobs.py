@@ -556,7 +556,7 @@ class Job:
     # -- control and accounting -------------------------------------------------------------
     def cancel(self) -> bool:
         """scancel the job (every task of an array); False if it had already finished."""
-        res = _slurm(["scancel", self.id])
+        res = _slurm(["scancel", "--verbose", self.id])  # Slurm 22.05 says "already completing" only with -v
         if "already completing or completed" in res.stderr:
             return False
         if res.returncode == 0:
