@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import signal as _signal
 import sys
 
@@ -11,23 +12,34 @@ from ..request import _signal_number
 from .common import getopt_parse, open_cluster, select_jobs
 
 
+_JOB_ID = re.compile(r"\d+(?:_(?:\d+|\[[\d,\-]+\]))?(?:\.(?:\d+|batch|extern))?")
+_STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING",
+           "SUSPENDED": "SUSPENDED", "S": "SUSPENDED"}
+
+
 def main(argv: list[str]) -> int:
+    """Like Slurm 22.05's scancel (captured): a job that is unknown or already over is no error
+    when cancelling (``-v`` says so, exit 0); it is one when signalling. Bad ids, users, states and
+    signals are refused before anything is done."""
     opts, args = getopt_parse(
         "scancel", argv, "u:s:bfn:p:t:qv",
         ["user=", "signal=", "batch", "full", "name=", "partition=", "state=", "me", "quiet", "verbose"],
     )
-    conn, _ = open_cluster()
     users = names = partitions = states = None
-    signum, batch_only, full = None, False, False
+    signum, batch_only, full, verbose = None, False, False, 0
     for opt, val in opts:
         if opt in ("-u", "--user"):
             users = set(val.split(","))
+            for user in users:
+                if not _known_user(user):
+                    print(f"scancel: error: Invalid user name: {user}", file=sys.stderr)
+                    return 1
         elif opt == "--me":
             users = {getpass.getuser()}
         elif opt in ("-s", "--signal"):
             signum = _signal_number(val)
             if signum is None:
-                print(f"scancel: error: Invalid job signal: {val}", file=sys.stderr)
+                print(f"Unknown job signal: {val}", file=sys.stderr)
                 return 1
         elif opt in ("-b", "--batch"):
             batch_only = True
@@ -38,36 +50,94 @@ def main(argv: list[str]) -> int:
         elif opt in ("-p", "--partition"):
             partitions = set(val.split(","))
         elif opt in ("-t", "--state"):
-            states = {s.upper() for s in val.split(",")}
+            states = set()
+            for state in val.split(","):
+                if state.upper() not in _STATES:
+                    print(f"Invalid job state specified: {state}", file=sys.stderr)
+                    print("Valid job states are PENDING, RUNNING, and SUSPENDED", file=sys.stderr)
+                    return 1
+                states.add(_STATES[state.upper()])
+        elif opt in ("-v", "--verbose"):
+            verbose += 1
     if not args and not (users or names or partitions or states):
         print("scancel: error: No job identification provided", file=sys.stderr)
         return 1
+    for token in args:
+        if not _JOB_ID.fullmatch(token):
+            print(f"scancel: error: Invalid job id {token}", file=sys.stderr)
+            return 1
+    conn, _ = open_cluster()
     rc = 0
+    signalling = signum is not None and signum != _signal.SIGKILL
+
+    def refuse(token: str, why: str, step: bool = False) -> None:
+        nonlocal rc
+        if signalling or step or verbose:
+            print(f"scancel: error: Kill job error on job {'step ' if step else ''}id {token}: {why}", file=sys.stderr)
+        if signalling or step:
+            rc = 1
+
     targets = []
     for token in args or [None]:
+        if token and "." in token:
+            rc = max(rc, cancel_step(conn, token, signum, refuse))
+            continue
+        if token and verbose:
+            print(f"scancel: {'Signal ' + str(signum) + ' to' if signalling else 'Terminating'} job {token}",
+                  file=sys.stderr)
         jobs = select_jobs(conn, token) if token else db.jobs_where(conn, "state IN ('PENDING','RUNNING')")
         if token and not jobs:
-            print(f"scancel: error: Kill job error on job id {token}: Invalid job id specified", file=sys.stderr)
-            rc = 1
+            refuse(token, "Invalid job id specified")
             continue
-        targets += jobs
-    for job in targets:
+        targets += [(token, job) for job in jobs]
+    for token, job in targets:
         if users and job["user"] not in users or names and job["name"] not in names:
             continue
         if partitions and job["partition"] not in partitions or states and job["state"] not in states:
             continue
         if job["state"] not in ("PENDING", "RUNNING"):
-            if args:
-                print(f"scancel: error: Kill job error on job id {job['id']}: Job/step already completing or completed",
-                      file=sys.stderr)
-                rc = 1
+            if token:
+                refuse(formats_id(job), "Job/step already completing or completed")
             continue
-        if signum is not None and signum != _signal.SIGKILL:
+        if signalling:
             signal_job(job, signum, batch_only, full)
         else:
             cancel(conn, job)
     controller.poke()
     return rc
+
+
+def _known_user(user: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
+
+
+def formats_id(job: dict) -> str:
+    from ..formats import job_id_text
+
+    return job_id_text(job)
+
+
+def cancel_step(conn, token: str, signum: int | None, refuse) -> int:
+    """``scancel JOB.STEP``: SIGTERM (or the signal) to that step's srun, which passes it on."""
+    job_text, _, step = token.partition(".")
+    jobs = select_jobs(conn, job_text)
+    rows = [r for job in jobs for r in db.steps_of(conn, job["id"]) if r["step"] == step]
+    running = [r for r in rows if r["state"] == "RUNNING" and r["pid"]]
+    if not running:
+        refuse(token, "Invalid job id specified" if not rows else "Job/step already completing or completed", True)
+        return 1
+    for row in running:
+        try:
+            os.kill(row["pid"], signum or _signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return 0
 
 
 def cancel(conn, job: dict) -> None:
