@@ -367,6 +367,9 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     job = sup.job
     req = job["req"]
     workdir = req["workdir"]
+    row = sup.conn.execute("SELECT control FROM jobs WHERE id=?", (job["id"],)).fetchone()
+    if row and row["control"] == "cancel":  # scancel came between scheduling and this launch
+        return Outcome("CANCELLED", 0, 0, None)
     if req.get("umask") is not None:
         os.umask(req["umask"])  # the submitter's, as Slurm propagates it (SLURM_UMASK)
     out_pattern = req["output"] or default_output(job)
