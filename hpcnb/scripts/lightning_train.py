@@ -1,0 +1,97 @@
+"""The tiny model as a LightningModule, trained by ``Trainer(num_nodes=..., devices=..., strategy="ddp")``.
+
+Launch one process per device with srun (``--ntasks-per-node`` = ``--devices``); Lightning finds
+ranks, world size, MASTER_ADDR and MASTER_PORT in Slurm's variables itself (SLURMEnvironment).
+
+``--inspect`` builds the Trainer, prints what every process believes (cluster environment, ranks)
+and stops without training. ``--requeue`` passes ``SLURMEnvironment(auto_requeue=True)``: on the
+job's warning signal (``#SBATCH --signal=SIGUSR1@90``) Lightning saves ``hpc_ckpt_<n>.ckpt`` in
+``--root`` and requeues the job; the next run resumes from it.
+"""
+import argparse
+import os
+import time
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from hpcnb import training
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NNODES", 1)))
+parser.add_argument("--devices", type=int, default=1, help="processes (devices) per node")
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--batch", type=int, default=128, help="samples per optimizer step, over all processes")
+parser.add_argument("--lr", type=float, default=0.1)
+parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt")
+parser.add_argument("--root", default="lightning", help="Trainer(default_root_dir=...): hpc checkpoints go here")
+parser.add_argument("--inspect", action="store_true", help="print each process's view of the cluster, do not train")
+parser.add_argument("--requeue", action="store_true", help="SLURMEnvironment(auto_requeue=True)")
+parser.add_argument("--step-seconds", type=float, default=0.0, help="make every step last this long (demos)")
+args = parser.parse_args()
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self, lr: float, step_seconds: float = 0.0):
+        super().__init__()
+        self.net = training.make_model()
+        self.lr, self.step_seconds = lr, step_seconds
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.step_seconds:
+            time.sleep(self.step_seconds)  # stands in for a long step on a real model
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class Timer(pl.Callback):
+    """Seconds from the start to the end of training (setup and checkpoint restore excluded)."""
+
+    def on_train_start(self, trainer, module):
+        self.start = time.perf_counter()
+
+    def on_train_end(self, trainer, module):
+        self.seconds = time.perf_counter() - self.start
+
+
+accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+training.use_slurm_cpus()
+plugins = []
+if args.requeue:
+    from pytorch_lightning.plugins.environments import SLURMEnvironment
+
+    plugins.append(SLURMEnvironment(auto_requeue=True))
+timer = Timer()
+trainer = pl.Trainer(
+    num_nodes=args.nodes, devices=args.devices, strategy="ddp", accelerator=accelerator, plugins=plugins,
+    max_epochs=args.epochs, default_root_dir=args.root, callbacks=[timer],
+    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+)
+env = trainer.strategy.cluster_environment
+print(f"process {os.environ.get('SLURM_PROCID', '?')} on {os.environ.get('SLURMD_NODENAME', '?')}: "
+      f"{type(env).__name__}, global rank {trainer.global_rank} of {trainer.world_size}, "
+      f"node rank {trainer.node_rank}, local rank {trainer.local_rank}", flush=True)
+if args.inspect:
+    raise SystemExit(0)
+
+pl.seed_everything(training.SEED, verbose=False)  # also the seed of the DistributedSampler Lightning adds
+data = training.make_dataset()
+loader = DataLoader(data, batch_size=args.batch // trainer.world_size, shuffle=True)
+model = Regressor(args.lr, args.step_seconds)
+trainer.fit(model, loader)
+
+if trainer.is_global_zero:  # only rank 0 writes: every rank holds the same weights
+    training.save_result(args.out, model.net, world_size=trainer.world_size, seconds=timer.seconds,
+                         epochs=args.epochs, batch=args.batch, lr=args.lr,
+                         losses=[training.full_loss(model.net, data)], cluster_environment=type(env).__name__,
+                         resumed_from=os.path.basename(trainer.ckpt_path or "") or None,
+                         restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)))
+    print(f"trained in {timer.seconds:.2f} s; final loss {training.full_loss(model.net, data):.4f}", flush=True)

@@ -1,0 +1,104 @@
+"""The same data-parallel training at any number of tasks, timed, for scaling curves (lesson 11).
+
+Run one task per process under srun::
+
+    srun python -m hpcnb.scripts.scaling_train --kind strong --batch 1024 --steps 60
+
+* ``--kind strong``: the global batch (``--batch``) is fixed and split over the tasks, so every
+  run does the same total work and, more tasks, each does less.
+* ``--kind weak``: every task keeps ``--batch`` samples per step, so the global batch (and the
+  total work) grows with the tasks; the learning rate is scaled with it
+  (:func:`hpcnb.scaling.lr_scaling`, linear rule from ``--base-lr`` at ``--base-batch``).
+
+The model is an MLP on a synthetic classification task; gradients are averaged with
+``torch.nn.parallel.DistributedDataParallel`` (gloo on CPUs). Only the training loop is timed
+(after ``--warmup`` untimed steps, between two barriers); rank 0 prints one line::
+
+    SCALING kind=strong tasks=2 nodes=1 seconds=1.234 samples=61440 global_batch=1024 ...
+
+which is a row of :mod:`hpcnb.scaling`'s runs table (``startup_s`` is the time from the
+process's start to the first timed step: Python, torch, and the process group).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.scaling_train", description=__doc__.split("\n")[0])
+    p.add_argument("--kind", choices=("strong", "weak"), default="strong")
+    p.add_argument("--batch", type=int, default=1024,
+                   help="strong: the global batch; weak: the batch of each task")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--base-lr", type=float, default=0.05)
+    p.add_argument("--base-batch", type=int, default=1024)
+    args = p.parse_args(argv)
+
+    import psutil
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hpcnb.distributed import init_process_group
+    from hpcnb.scaling import global_batch, lr_scaling
+
+    torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
+    world = init_process_group()
+    rank, tasks = world.rank, world.world_size
+    if args.kind == "strong":
+        if args.batch % tasks:
+            raise SystemExit(f"--batch {args.batch} does not split evenly over {tasks} tasks")
+        per_task, gbatch = args.batch // tasks, args.batch
+    else:
+        per_task, gbatch = args.batch, global_batch(args.batch, tasks)
+    lr = lr_scaling(args.base_lr, args.base_batch, gbatch)
+
+    # synthetic task: labels from a fixed random "teacher"; the same data on every rank
+    g = torch.Generator().manual_seed(0)
+    data_x = torch.randn(16384, 128, generator=g)
+    data_y = (data_x @ torch.randn(128, 10, generator=g)).argmax(dim=1)
+    torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts them)
+    model = torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(args.hidden, 10))
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+
+    def step(i: int) -> float:
+        # this rank's slice of global batch i
+        start = (i * gbatch + rank * per_task) % (len(data_x) - per_task)
+        x, y = data_x[start:start + per_task], data_y[start:start + per_task]
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()  # DDP averages the gradients over all tasks here
+        opt.step()
+        return loss.item()
+
+    for i in range(args.warmup):
+        step(i)
+    dist.barrier()
+    t0 = time.perf_counter()
+    startup = time.time() - psutil.Process().create_time()
+    for i in range(args.warmup, args.warmup + args.steps):
+        step(i)
+    dist.barrier()
+    seconds = time.perf_counter() - t0
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(model(data_x), data_y).item()
+    if rank == 0:
+        samples = args.steps * gbatch
+        nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+        print(f"SCALING kind={args.kind} tasks={tasks} nodes={nodes} seconds={seconds:.4f} samples={samples} "
+              f"global_batch={gbatch} per_task_batch={per_task} lr={lr:g} loss={loss:.6f} "
+              f"startup_s={startup:.2f} job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
