@@ -274,8 +274,8 @@ def outcome_of(statuses: list[int | None]) -> Outcome:
     """COMPLETED if every process exited 0; else FAILED with the highest exit code (or the signal)."""
     codes = [os.WEXITSTATUS(s) for s in statuses if s is not None and os.WIFEXITED(s)]
     signals = [os.WTERMSIG(s) for s in statuses if s is not None and os.WIFSIGNALED(s)]
-    if signals and not any(codes):
-        return Outcome("FAILED", 0, signals[0], "FAILED", 0, signals[0])
+    if signals and not any(codes):  # as Slurm 22.05: the step CANCELLED, the job FAILED (JobLaunchFailure)
+        return Outcome("FAILED", 0, signals[0], "CANCELLED", 0, signals[0], reason="JobLaunchFailure")
     code = max(codes, default=0)
     state = "COMPLETED" if code == 0 else "FAILED"
     return Outcome(state, code, 0, state, code, 0)
