@@ -147,7 +147,7 @@ def cancel(conn, job: dict) -> None:
         current = db.get_job(conn, job["id"])
         if current["state"] == "PENDING":
             conn.execute(
-                "UPDATE jobs SET state='CANCELLED', reason='None', end_time=? WHERE id=? AND state='PENDING'",
+                "UPDATE jobs SET state='CANCELLED', end_time=? WHERE id=? AND state='PENDING'",
                 (now, job["id"]),
             )
             return

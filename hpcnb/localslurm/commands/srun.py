@@ -186,6 +186,8 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
         statuses.append(status)
         if status:
             print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
+    if any(os.WIFSIGNALED(s) for s in statuses):  # as Slurm 22.05's srun reports a task killed by a signal
+        print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
     for thread in threads:
         thread.join(timeout=5)
     return end_step(conn, job["id"], step, statuses)
@@ -211,6 +213,8 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
     for (pid, node, task), status in zip(holder.get("pids", []), statuses):
         if status:
             print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
+    if "step" in holder and any(s and os.WIFSIGNALED(s) for s in statuses) and outcome.state != "TIMEOUT":
+        print(f"srun: Force Terminated StepId={job['id']}.{holder['step']['id']}", file=sys.stderr)
     if outcome.state == "TIMEOUT":
         print(f"srun: error: *** STEP {job['id']}.0 ON {job['alloc'][0]['node']} CANCELLED AT "
               f"{time.strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***", file=sys.stderr)
