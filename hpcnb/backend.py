@@ -41,7 +41,7 @@ def local_bin_dir() -> Path:
         text = _WRAPPER.format(python=sys.executable, name=name, root=root)
         path = folder / name
         if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")  # concurrent writers never share it
             tmp.write_text(text)
             tmp.chmod(0o755)
             tmp.replace(path)
