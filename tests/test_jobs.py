@@ -165,7 +165,7 @@ def test_array_with_throttle_runs_every_task_two_at_a_time(workdir: Path) -> Non
 
 
 def test_dependency_afterok_waits_for_the_first_job(workdir: Path) -> None:
-    first = submit(wrap="sleep 1; date +%s.%N")
+    first = submit(wrap="sleep 4; date +%s.%N")  # long enough to be seen waiting on a loaded machine
     second = submit(wrap="date +%s.%N", dependency=f"afterok:{first.id}")
     _wait_until(lambda: second.reason == "Dependency")
     assert second.state == "PENDING"
