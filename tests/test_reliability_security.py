@@ -51,7 +51,7 @@ def test_state_is_private_even_under_a_permissive_umask(slurm: Slurm, tmp_path: 
     assert _loose(slurm.state) == []  # while a job runs: node-local scratch too
     slurm.wait_final(jobs[:2])
     assert _loose(slurm.state) == []
-    stored = slurm.state / "jobs" / str(jobs[1]) / "script"
+    stored = slurm.state / "jobs" / str(jobs[1]) / "slurm_script"
     assert stored.read_bytes() == script.read_bytes()
     assert stat.S_IMODE(stored.stat().st_mode) == 0o700 and stat.S_IMODE(stored.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(slurm.state.stat().st_mode) == 0o700
@@ -141,7 +141,7 @@ def test_output_into_the_state_directory_is_refused(slurm: Slurm, tmp_path: Path
         ["-e", str(slurm.state / "slurm.db.id")],
         ["-o", str(tmp_path / "link" / "controller.log")],
         ["--chdir", str(slurm.state)],  # default output slurm-%j.out lands in the state dir
-        ["-o", str(slurm.state / "jobs" / "%j" / "script")],
+        ["-o", str(slurm.state / "jobs" / "%j" / "slurm_script")],
     ]
     before = {p: p.read_bytes() for p in (slurm.state / "slurm.db.id", slurm.state / "controller.log") if p.exists()}
     jobs = [slurm.submit(*args, "--wrap", "echo overwrite", cwd=tmp_path) for args in attacks]

@@ -144,7 +144,7 @@ def db_text(text: str | None) -> str | None:
 
 
 def _store_script(job_id: int, script: bytes) -> None:
-    path = paths.job_dir(job_id) / "script"
+    path = paths.job_dir(job_id) / "slurm_script"  # the name $0 shows, as with slurmd
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "wb") as fh:
         fh.write(script)

@@ -397,7 +397,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
             os.close(fd)
         return _launch_failed(sup, f"Could not open {what} file {where}: {err.strerror}")
     sup.err_fd = err_fd
-    script = str(paths.job_dir(job["id"]) / "script")
+    script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
     pid = procs.spawn([script, *req.get("script_args", [])], env, workdir, (in_fd, out_fd, err_fd), True,
                       "SLURM_TASK_PID", rlimits=req.get("rlimits"))
