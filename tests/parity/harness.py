@@ -166,12 +166,15 @@ class Side:
 
     def wait_done(self, job_id: int, cwd: Path, timeout: float = 180) -> dict[str, str]:
         """Wait until the job has ended and its accounting record (job and steps) is final."""
-        self.wait_state(job_id, cwd, FINAL_STATES, timeout)
+        tasks = set(self.wait_state(job_id, cwd, FINAL_STATES, timeout))
         end = time.time() + 30
         rows: list[list[str]] = []
         while time.time() < end:
             res = self.run(["sacct", "-n", "-P", "-j", str(job_id), "--format", "JobID,State,JobName,Timelimit"], cwd)
             rows = [line.split("|") for line in res.stdout.splitlines() if line.strip()]
+            if not tasks <= {r[0] for r in rows}:  # an array task not recorded yet
+                time.sleep(0.2)
+                continue
             # slurmdbd lists a fast job as "allocation", without its request (time limit, ReqTRES...),
             # until the job's start record arrives, which may be after its end
             complete = all(r[2] != "allocation" and r[3] for r in rows if "." not in r[0])
@@ -229,6 +232,7 @@ def on_both(sides: dict[str, Side], fn: Callable[[Side], Any]) -> dict[str, Any]
 
 # -- normalisation -------------------------------------------------------------------------------
 TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+SPOOL_SCRIPT = re.compile(r"(?:<STATE>|/)\S*/slurm_script\b")
 DATE_LINE = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}$", re.M)
 
 
@@ -251,6 +255,10 @@ class Norm:
 
         return re.sub(r"^\d+", sub, text)
 
+    def dep(self, text: str) -> str:
+        """A dependency (``afterok:7(failed),afterany:8_2``) with its job ids numbered."""
+        return re.sub(r"(?<=:)(\d+)", lambda m: self.job(m.group(1)), text)
+
     def path(self, text: str) -> str:
         for wd in self.workdirs:
             text = text.replace(str(wd), "<WD>")
@@ -265,6 +273,7 @@ class Norm:
     def text(self, text: str) -> str:
         """Command output: paths, job ids, timestamps and date lines normalised."""
         text = TIME_RE.sub("<TIME>", self.path(text))
+        text = SPOOL_SCRIPT.sub("<SPOOL>/slurm_script", text)  # where slurmd keeps the script: site config
         return DATE_LINE.sub("<DATE>", text)
 
     def env(self, env: dict[str, str]) -> dict[str, str]:

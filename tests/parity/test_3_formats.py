@@ -1,0 +1,373 @@
+"""What the query commands print: sacct, squeue, sinfo, scontrol show job/node/partition/hostnames,
+and the output file names that %-patterns give.
+"""
+from __future__ import annotations
+
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from .harness import DATE_LINE, TIME_RE, Norm, Side, compare, intentional, on_both, parse_keyvals
+
+pytestmark = pytest.mark.realslurm
+
+SCRIPT = "#!/bin/bash\necho out-line\necho err-line >&2\nsrun -N1 -n1 true\n"
+
+
+def check_all(case: str, got: dict[str, dict]) -> None:
+    errors = []
+    for aspect in got["real"]:
+        try:
+            compare(f"format: {case} [{aspect}]", got["local"][aspect], got["real"][aspect])
+        except AssertionError as err:
+            errors.append(str(err))
+    assert not errors, "\n\n".join(errors)
+
+
+# -- output file names -----------------------------------------------------------------------------
+PATTERNS = {
+    "x-j-N-u": ["-J", "pat", "-o", "%x-%j-%N-%u.out", "-e", "%x-%A_%a.err"],
+    "array-A-a-j": ["--array=1-2", "-o", "arr-%A_%a-%j.out"],
+    "array-default": ["--array=1-2"],
+    "default": [],
+    "percent-n-t-s": ["-o", "lit-%%-%n-%t-%s.out"],
+    "subdir-absolute": ["-o", "{wd}/sub/%j.log", "-e", "{wd}/sub/%j.err"],
+}
+
+
+@pytest.mark.parametrize("case", list(PATTERNS))
+def test_output_file_names(sides, case: str) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir(f"pattern-{case}")
+        (wd / "sub").mkdir()
+        args = [a.replace("{wd}", str(wd)) for a in PATTERNS[case]]
+        job_id = side.sbatch(args, wd, SCRIPT)
+        side.wait_done(job_id, wd)
+        norm = Norm(side, [wd], side.job_ids(job_id, wd))
+        files = sorted(str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and p.name != "job.sh")
+        return {"files": [norm.path(f) for f in files],
+                "contents": {norm.path(f): norm.text((wd / f).read_text()) for f in files}}
+
+    got = on_both(sides, one)
+    if "%N" in " ".join(PATTERNS[case]):
+        # %N: the real slurmd expands its host's short name (gethostname(): one host runs both
+        # virtual nodes here); on a cluster that is the node's name, which the local Slurm gives.
+        host = socket.gethostname().split(".")[0]
+        loc = [f for f in got["local"]["files"] if "node1" in f]
+        rea = [f for f in got["real"]["files"] if f"-{host}-" in f]
+        intentional(f"format: output names {case} [%N]", "percent_N", loc, rea,
+                    [f.replace(f"-{host}-", "-node1-") for f in rea], [f.replace("-node1-", f"-{host}-") for f in loc])
+        for aspect in ("files", "contents"):
+            value = got["real"][aspect]
+            got["real"][aspect] = ([f.replace(f"-{host}-", "-node1-") for f in value] if aspect == "files" else
+                                   {k.replace(f"-{host}-", "-node1-"): v for k, v in value.items()})
+    check_all(f"output names {case}", got)
+
+
+# -- sacct -------------------------------------------------------------------------------------------
+SACCT_FIELDS = (
+    "JobID,JobIDRaw,JobName,Partition,Account,AllocCPUS,State,ExitCode,DerivedExitCode,NNodes,NCPUS,NTasks,"
+    "NodeList,AllocTRES,ReqTRES,ReqMem,ReqCPUS,ReqNodes,Timelimit,TimelimitRaw,User,UID,Group,GID,WorkDir,QOS,Cluster,AllocNodes,Layout"
+)
+SACCT_JOBS = {
+    "N2-n2-two-steps": (["-N2", "-n2"], "#!/bin/bash\nsrun hostname\nsrun -N1 -n1 true\n"),
+    "gres-gpu1": (["--gres=gpu:1", "-n1"], "#!/bin/bash\nsrun true\n"),
+    "c2-mem300M": (["-c2", "--mem=300M", "-t", "7"], "#!/bin/bash\nsrun -c1 true\n"),
+    "gpus-per-node-N2": (["-N2", "--gpus-per-node=1", "-p", "short"], "#!/bin/bash\nsrun true\n"),
+    "mem-per-cpu": (["-n2", "--mem-per-cpu=100"], "#!/bin/bash\nsrun -n1 true\nexit 1\n"),
+}
+
+
+def _sacct_rows(side: Side, norm: Norm, job_id: int, wd: Path, fields: str) -> list[str]:
+    res = side.ok(["sacct", "-P", "-j", str(job_id), "--format", fields], wd)
+    lines = res.stdout.splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.split("|")
+        cells[0] = norm.job(cells[0])
+        if fields.startswith("JobID,JobIDRaw"):
+            cells[1] = norm.job(cells[1])
+        out.append(norm.path("|".join(cells)))
+    return out
+
+
+@pytest.mark.parametrize("case", list(SACCT_JOBS))
+def test_sacct_rows(sides, case: str) -> None:
+    args, script = SACCT_JOBS[case]
+
+    def one(side: Side) -> dict:
+        wd = side.workdir(f"sacct-{case}")
+        job_id = side.sbatch(["-o", "out.txt", *args], wd, script)
+        side.wait_done(job_id, wd)
+        norm = Norm(side, [wd], [job_id])
+        plain = side.ok(["sacct", "-j", str(job_id)], wd).stdout.splitlines()
+        return {
+            "sacct -P --format": _sacct_rows(side, norm, job_id, wd, SACCT_FIELDS),
+            "sacct -X -p -n": [norm.job(x) for x in side.ok(
+                ["sacct", "-X", "-p", "-n", "-j", str(job_id), "--format", "JobID,State,ExitCode"], wd).stdout.split()],
+            "sacct (default columns)": [norm.job(line) if i > 1 else line for i, line in enumerate(_fixed(plain))],
+        }
+
+    check_all(f"sacct {case}", on_both(sides, one))
+
+
+def _fixed(lines: list[str]) -> list[str]:
+    """Fixed-width lines, with the (right-padded) job id column made id-length independent."""
+    out = []
+    for line in lines:
+        first, rest = line[:12], line[12:]
+        out.append(f"{first.strip()}@{len(line)}|{rest}")
+    return out
+
+
+def test_sacct_brief_and_units(sides) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir("sacct-brief")
+        job_id = side.sbatch(["-o", "out.txt"], wd, "#!/bin/bash\nexit 4\n")
+        side.wait_done(job_id, wd)
+        norm = Norm(side, [wd], [job_id])
+        brief = side.ok(["sacct", "-b", "-j", str(job_id)], wd).stdout.splitlines()
+        bad = side.run(["sacct", "-j", str(job_id), "--format", "JobID,Nope"], wd)
+        restarts = side.run(["sacct", "-j", str(job_id), "--format", "JobID,Restarts"], wd)
+        widths = side.ok(["sacct", "-j", str(job_id), "--format", "JobID%5,JobName%-3,State%20,ExitCode"], wd)
+        unknown = side.run(["sacct", "-j", "999999999"], wd)
+        return {"sacct -b": [norm.job(line) if i > 1 else line for i, line in enumerate(_fixed(brief))],
+                "bad field": (bad.rc, bad.stdout, bad.stderr),
+                "no Restarts field in 22.05": (restarts.rc, restarts.stdout, restarts.stderr),
+                "explicit widths": [re.sub(r"^ *\d+", "<J>", line) for line in widths.stdout.splitlines()],
+                "unknown job": (unknown.rc, unknown.stdout, unknown.stderr)}
+
+    check_all("sacct -b / bad field", on_both(sides, one))
+
+
+# -- squeue ------------------------------------------------------------------------------------------
+SQUEUE_FMT = "%i|%A|%F|%K|%P|%j|%u|%t|%T|%D|%C|%R|%r|%l|%b|%m|%c|%E|%q|%a|%o|%Z|%V|%S|%e|%L|%M"
+
+
+def _squeue_lines(side: Side, norm: Norm, wd: Path, ids: list[int], fmt: str) -> list[str]:
+    res = side.ok(["squeue", "-j", ",".join(map(str, ids)), "-o", fmt], wd)
+    lines = res.stdout.splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.split("|")
+        for i in range(min(3, len(cells))):
+            cells[i] = norm.job(cells[i])
+        cells = [norm.dep(c) if c.startswith("after") else c for c in cells]
+        out.append(norm.text("|".join(cells)))
+    return out
+
+
+def _running_and_pending(side: Side, case: str) -> tuple[Path, Norm, int, int]:
+    wd = side.workdir(case)
+    run = side.sbatch(["-o", "run.txt", "-J", "runner", "-t", "30", "--gres=gpu:1", "--mem=200M"], wd,
+                      "#!/bin/bash\nsleep 300\n", "run.sh")
+    held = side.sbatch(["-o", "held.txt", "--hold", "-n2", "-c1", "-p", "short", "-J", "a-long-job-name",
+                        f"--dependency=afterany:{run}"], wd, "#!/bin/bash\ntrue\n", "held.sh")
+    side.wait_state(run, wd, {"RUNNING"})
+    norm = Norm(side, [wd], [run, held])
+    return wd, norm, run, held
+
+
+def test_squeue_formats(sides) -> None:
+    def one(side: Side) -> dict:
+        wd, norm, run, held = _running_and_pending(side, "squeue-formats")
+        time.sleep(1.5)  # the real slurmctld sets the pending job's reason at its next pass
+        try:
+            fields = _squeue_lines(side, norm, wd, [run, held], SQUEUE_FMT)
+            default = side.ok(["squeue", "-j", f"{run},{held}"], wd).stdout.splitlines()
+            long = side.ok(["squeue", "-l", "-j", f"{run},{held}"], wd).stdout
+            widths = side.ok(["squeue", "-j", f"{run},{held}", "-o", "%.5i %10j %.3t %5D %-8P %.4C"], wd).stdout
+            noheader = side.ok(["squeue", "-h", "-j", str(held), "-o", "%i %T %r"], wd).stdout
+            bad = side.run(["squeue", "-j", "999999999"], wd)
+        finally:
+            side.run(["scancel", str(run), str(held)], wd)
+        return {
+            "squeue -o all fields": [re.sub(r"\|\d+:\d\d(?=\||$)", "|<TIME>", x) for x in fields],
+            "squeue default": [_squeue_fixed(norm, line) for line in default],
+            "squeue -l": [_squeue_fixed(norm, line) for line in long.splitlines()],
+            "squeue -o widths": [_squeue_fixed(norm, line, 5) for line in widths.splitlines()],
+            "squeue -h": norm.text(noheader),
+            "squeue -j unknown": (bad.rc, bad.stdout, bad.stderr),
+        }
+
+    check_all("squeue running+pending", on_both(sides, one))
+
+
+def _squeue_fixed(norm: Norm, line: str, width: int = 18) -> str:
+    """A fixed-width squeue line with the job id (right-justified in ``width``) normalised, and TIME."""
+    if DATE_LINE.fullmatch(line):
+        return "<DATE>"
+    head, rest = line[:width], line[width:]
+    rest = re.sub(r"(?<= )\d+:\d\d(?= )", "<T>", norm.text(rest))
+    return f"{norm.job(head.strip())}@{len(line)}|{rest}"
+
+
+# -- scontrol show job -------------------------------------------------------------------------------
+VOLATILE_JOB_KEYS = {"SubmitTime", "EligibleTime", "AccrueTime", "StartTime", "EndTime", "LastSchedEval",
+                     "RunTime", "Priority"}
+# slurmctld's priority-age bookkeeping: "Unknown" or a time depending on how an array task was split off
+ANY_VALUE_KEYS = {"AccrueTime"}
+
+
+def job_record(side: Side, norm: Norm, job: str, wd: Path) -> list[tuple[str, str]]:
+    text = side.ok(["scontrol", "show", "job", job], wd).stdout
+    out = []
+    for key, value in parse_keyvals(text).items():
+        if key in ("JobId", "ArrayJobId"):
+            value = norm.job(value)
+        elif key in ANY_VALUE_KEYS or key in VOLATILE_JOB_KEYS and (
+                TIME_RE.fullmatch(value) or re.fullmatch(r"[\d:-]+", value)):
+            value = f"<{key}>"
+        elif key == "AllocNode:Sid":
+            value = "<ALLOC_NODE>"  # see INTENTIONAL["alloc_node"]
+        elif key == "Dependency":
+            value = re.sub(r":(\d+)", lambda m: ":" + norm.job(m.group(1)), value)
+        else:
+            value = norm.path(value)
+        out.append((key, value))
+    return out
+
+
+def test_scontrol_show_job(sides) -> None:
+    def one(side: Side) -> dict:
+        wd, norm, run, held = _running_and_pending(side, "scontrol-job")
+        time.sleep(1.5)
+        try:
+            running = job_record(side, norm, str(run), wd)
+            pending = job_record(side, norm, str(held), wd)
+            one_line = side.ok(["scontrol", "-o", "show", "job", str(held)], wd).stdout
+        finally:
+            side.run(["scancel", str(run), str(held)], wd)
+        side.wait_done(run, wd)
+        side.wait_done(held, wd)
+        done = job_record(side, norm, str(run), wd)
+        bad = side.run(["scontrol", "show", "job", "999999999"], wd)
+        return {"running": running, "pending (held, dependency)": pending, "cancelled": done,
+                "-o: lines": len(one_line.strip().splitlines()),
+                "unknown job": (bad.rc, bad.stdout, bad.stderr)}
+
+    check_all("scontrol show job", on_both(sides, one))
+
+
+def test_scontrol_show_job_completed_array(sides) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir("scontrol-job-array")
+        job_id = side.sbatch(["--array=1-3%2", "-N2", "-n2", "-o", "o-%A_%a.txt"], wd, "#!/bin/bash\nsrun true\n")
+        side.wait_done(job_id, wd)
+        norm = Norm(side, [wd], side.job_ids(job_id, wd))
+        return {"task 2": job_record(side, norm, f"{job_id}_2", wd), "task 3": job_record(side, norm, f"{job_id}_3", wd)}
+
+    check_all("scontrol show job (array)", on_both(sides, one))
+
+
+# -- sinfo, scontrol show node/partition, hostnames -------------------------------------------------
+def _sinfo_outputs(side: Side, wd: Path) -> dict:
+    def out(*argv: str) -> list[str]:
+        res = side.run(["sinfo", *argv], wd)
+        lines = [DATE_LINE.sub("<DATE>", x) for x in res.stdout.splitlines()]
+        if "-N" in argv:  # the real sinfo lists a node's partitions in no fixed order
+            head = [x for x in lines[:2] if x == "<DATE>" or x.startswith("NODELIST")]
+            lines = head + sorted(lines[len(head):])
+        return lines + ([f"[rc={res.rc}] {res.stderr}"] if res.rc or res.stderr else [])
+
+    return {
+        "sinfo": out(),
+        "sinfo -N": out("-N"),
+        "sinfo -l": out("-l"),
+        "sinfo -N -l": out("-N", "-l"),
+        "sinfo -s": out("-s"),
+        "sinfo -p short": out("-p", "short"),
+        "sinfo -h": out("-h"),
+        "sinfo -o": out("-o", "%P %a %l %D %t %N %c %m %G %C %z %s %F %f %T"),
+        "sinfo -o widths": out("-o", "%10P|%.3D|%-6t|%.12N|%5c"),
+        "sinfo -O": out("-O", "partition,available,nodes,statecompact,nodelist,cpus,memory,gres"),
+        "sinfo -O widths": out("-O", "partition:5,nodelist:.12,cpusstate"),
+        "sinfo -O bad": out("-O", "partition,timelimit"),
+        "sinfo -O more": out("-O", "partition:.10,statelong:3,time,nodeaddr,reason:5,nodeaiot,socketcorethread"),
+        "sinfo -o more": out("-o", "%5P|%.3P|%20E|%H|%R|%l|%L|%X %Y %Z|%A|%n|%o|%w|%g|%h|%r|%S|%B|%b"),
+    }
+
+
+def test_sinfo_idle_or_busy(sides) -> None:
+    """sinfo as it is now (the long jobs of test_9_long may keep a CPU busy on both sides)."""
+    got = on_both(sides, lambda side: _sinfo_outputs(side, side.workdir("sinfo-now")))
+    check_all("sinfo (as now)", got)
+
+
+def test_sinfo_with_a_job(sides) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir("sinfo-job")
+        job_id = side.sbatch(["-o", "out.txt", "-N2", "-n2"], wd, "#!/bin/bash\nsleep 300\n")
+        side.wait_state(job_id, wd, {"RUNNING"})
+        time.sleep(0.5)
+        try:
+            return _sinfo_outputs(side, wd)
+        finally:
+            side.run(["scancel", str(job_id)], wd)
+            side.wait_done(job_id, wd)
+
+    check_all("sinfo (a 2-node job running)", on_both(sides, one))
+
+
+NODE_STATS = {"CPULoad", "FreeMem", "OS", "BootTime", "SlurmdStartTime", "LastBusyTime", "Port"}
+
+
+def node_record(text: str) -> list[list[tuple[str, str]]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        kv = parse_keyvals(block)
+        out.append([(k, "<stat>" if k in NODE_STATS else v) for k, v in kv.items()])
+    return out
+
+
+def test_scontrol_show_node_and_partition(sides) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir("scontrol-node")
+        node1 = side.ok(["scontrol", "show", "node", "node1"], wd).stdout
+        nodes = side.ok(["scontrol", "show", "nodes"], wd).stdout
+        parts = side.ok(["scontrol", "show", "partition"], wd).stdout
+        short = side.ok(["scontrol", "show", "partition", "short"], wd).stdout
+        bad_node = side.run(["scontrol", "show", "node", "node9"], wd)
+        bad_part = side.run(["scontrol", "show", "partition", "nope"], wd)
+        return {"show node node1": node_record(node1), "show nodes": node_record(nodes),
+                "show partition": [list(parse_keyvals(b).items()) for b in parts.strip().split("\n\n")],
+                "show partition short": short,
+                "unknown node": (bad_node.rc, bad_node.stdout, bad_node.stderr),
+                "unknown partition": (bad_part.rc, bad_part.stdout, bad_part.stderr)}
+
+    got = on_both(sides, one)
+    check_all("scontrol show node/partition", got)
+    stats = {k for k, _ in got["real"]["show node node1"][0]} & NODE_STATS
+    intentional("format: scontrol show node [live statistics]", "node_stats", sorted(stats), sorted(stats),
+                sorted(stats), sorted(NODE_STATS))
+
+
+HOSTNAMES = {
+    "range": ["node[1-2]"],
+    "list": ["node1,node2"],
+    "mixed": ["node[1-2],gpu[01-03],login"],
+    "padded": ["n[008-011]"],
+}
+
+
+def test_scontrol_show_hostnames(sides) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir("hostnames")
+        out = {}
+        for name, args in HOSTNAMES.items():
+            res = side.run(["scontrol", "show", "hostnames", *args], wd)
+            out[name] = (res.rc, res.stdout, res.stderr)
+        res = side.run(["scontrol", "show", "hostlist", "node1,node2,node3"], wd)
+        out["hostlist"] = (res.rc, res.stdout, res.stderr)
+        res = side.run(["scontrol", "show", "hostnames"], wd)
+        out["outside a job, no argument"] = (res.rc, res.stdout, res.stderr)
+        job_id = side.sbatch(["-o", "out.txt", "-N2"], wd,
+                             "#!/bin/bash\nscontrol show hostnames\nscontrol show hostnames $SLURM_JOB_NODELIST | wc -l\n")
+        side.wait_done(job_id, wd)
+        out["inside a 2-node job"] = (wd / "out.txt").read_text()
+        return out
+
+    check_all("scontrol show hostnames", on_both(sides, one))
