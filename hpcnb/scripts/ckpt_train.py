@@ -41,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     # Catch the signals first: one that arrived while torch is still importing would
     # otherwise kill the process (SIGUSR1's default action is to terminate).
     guard = SignalGuard(("SIGUSR1", "SIGTERM"), requeue_on=("SIGUSR1",))
+    try:
+        return train(guard, argv)
+    finally:
+        guard.ignore()  # done: a late signal must not turn a finished job into a failed one
+
+
+def train(guard: SignalGuard, argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.ckpt_train", description=__doc__.split("\n")[0])
     p.add_argument("--ckpt-dir", default="ckpt")
     p.add_argument("--steps", type=int, default=40, help="total steps of the whole training")
