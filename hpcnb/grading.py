@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS_DIR = ROOT / "solutions"
-EXERCISES_DIR = ROOT / "exercises"
+# The course checkout's folders (an editable install); from a plain install: the current folder's.
+_BASE = ROOT if (ROOT / "solutions").is_dir() else Path.cwd()
+SOLUTIONS_DIR = _BASE / "solutions"
+EXERCISES_DIR = _BASE / "exercises"
 DEFAULT_TIMEOUT = 60  # seconds per cell when autograding
 
 __all__ = [
@@ -472,6 +474,16 @@ def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: i
     return ("graded" if proc.returncode == 0 else "error"), (out or "")[-4000:]
 
 
+def _error_summary(log: str) -> str:
+    """The most telling error line of a failed nbgrader run (not its generic 'see the traceback')."""
+    found = [line.strip() for line in log.splitlines()
+             if re.match(r"\s*[\w.]*(Error|Exception|Timeout)\w*: ", line) and "NbGraderException" not in line]
+    if found:
+        return found[-1][:300]
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def _grade_one(course: Path, assignment: str, student: str, timeout: int) -> int:
     """The child process: nbgrader autograde, then generate_feedback, for one notebook."""
     result = _run_converter("autograde", course, assignment, student, timeout=timeout)
@@ -554,7 +566,7 @@ def autograde(
                     grade.message = (f"a cell ran past the {timeout} s limit and ignored the interrupt "
                                      "(KeyboardInterrupt caught?): the notebook could not be graded")
                 elif status != "graded":
-                    grade.message = log.strip().splitlines()[-1] if log.strip() else status
+                    grade.message = _error_summary(log) or status
                 if status != "graded":
                     grade.score = 0.0
                     for cell in grade.cells.values():
