@@ -122,6 +122,15 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
     part = cluster.partitions[partition]
     if (req.nodes_min or 1) > len(part.nodes):
         return None  # Slurm accepts it; it pends with reason PartitionNodeLimit
+    if req.nodelist:
+        import hostlist
+
+        try:
+            wanted = hostlist.expand_hostlist(req.nodelist)
+        except hostlist.BadHostlist:
+            wanted = [req.nodelist]
+        if any(name not in cluster.nodes for name in wanted):
+            return "Invalid node name specified"
     empty = free_resources(cluster, [])
     if place(req, cluster, partition, empty) is None:
         biggest = max(cluster.nodes[n].memory_mb for n in part.nodes)
@@ -130,5 +139,10 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
             req.mem_per_cpu_mb and req.mem_per_cpu_mb * per_node_cpus > biggest
         ):
             return "Memory specification can not be satisfied"
-        return "Requested node configuration is not available"
+        if per_node_cpus > max(cluster.nodes[n].cpus for n in part.nodes):
+            return "CPU count per node can not be satisfied"
+        if req.gpus_per_node > max(cluster.nodes[n].gpus for n in part.nodes) or req.nodelist or req.exclusive:
+            return "Requested node configuration is not available"
+        # each node could hold its share, only not all of it at once: Slurm accepts the job, which
+        # then pends with reason PartitionConfig (checked live against a real 22.05, tests/parity)
     return None

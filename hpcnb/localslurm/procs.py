@@ -69,11 +69,23 @@ def spawn(
         os.chdir(cwd)
         os.execvpe(argv[0], argv, env)
     except BaseException as err:  # noqa: BLE001 - report and leave the child
+        # as slurmstepd: exit with the errno; a relative path shown from the working directory, and a
+        # script whose #! interpreter is missing reported as such (checked against a real 22.05)
         reason = getattr(err, "strerror", None) or str(err)
+        name = argv[0]
+        if "/" in name and not name.startswith("/"):
+            name = os.path.join(cwd, name)
+        what = name
+        if isinstance(err, FileNotFoundError) and "/" in argv[0] and os.path.exists(name):
+            try:
+                with open(name, "rb") as fh:
+                    what = f"bad interpreter({fh.readline()[2:].split()[0].decode(errors='replace')})"
+            except (OSError, IndexError):
+                pass
         try:
-            os.write(2, f"{error_prefix}: error: execve(): {argv[0]}: {reason}\n".encode())
+            os.write(2, f"{error_prefix}: error: execve(): {what}: {reason}\n".encode())
         finally:
-            os._exit(127 if isinstance(err, FileNotFoundError) else 126)
+            os._exit(err.errno if isinstance(err, OSError) and err.errno else 1)
     raise AssertionError("unreachable")
 
 

@@ -115,13 +115,15 @@ def parse_mem(value: str, option: str) -> int:
 
 def parse_nodes(value: str) -> tuple[int | None, int | None]:
     """``-N min[-max]`` as Slurm 22.05 takes it (captured): ``0`` is refused by the controller,
-    a negative count or a max below the min is quietly ignored, anything else not a number is fatal."""
+    a negative count is quietly ignored, a max below the min and anything not a number are fatal."""
     match = re.fullmatch(r"(-?\d+)(?:-(\d+))?", value.strip())
     if not match:
         raise UsageError(f'"{value}" is not a valid node count', exit_code=255)
     low, high = int(match.group(1)), int(match.group(2)) if match.group(2) else None
     if low == 0 and high is None:
         raise SubmitError("Node count specification invalid")
+    if high and low > 0 and high < low:  # (max 0 = no max) checked live against a real 22.05 (tests/parity)
+        raise UsageError(f"Maximum node count {high} is less than minimum node count {low}", exit_code=255)
     if high is not None and high < max(low, 1):
         high = None
     return (low if low > 0 else None), high

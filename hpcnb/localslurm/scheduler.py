@@ -164,4 +164,6 @@ def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array:
     limit = part.max_time
     if limit is not None and job["time_limit"] is not None and job["time_limit"] > limit:
         return "PartitionTimeLimit"
+    if alloc.place(JobRequest.from_json(job["req"]), cluster, job["partition"], alloc.free_resources(cluster, [])) is None:
+        return "PartitionConfig"  # more than the whole partition holds, even idle (as Slurm 22.05)
     return None

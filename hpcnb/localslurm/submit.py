@@ -79,7 +79,7 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
             f"You have to specify a project for your jobs with --{option} (e.g. {cluster.account_directive}).",
         )
     why = never_fits(req, cluster, partition)
-    if why == "Memory specification can not be satisfied":
+    if why in ("Memory specification can not be satisfied", "CPU count per node can not be satisfied"):
         raise SubmitError("Requested node configuration is not available", why)
     if why:
         raise SubmitError(why)

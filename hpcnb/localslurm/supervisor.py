@@ -18,6 +18,7 @@ from . import db, envvars, paths, procs
 from .cluster import Cluster, load_cluster
 
 MEM_POLL_S = 0.25
+SUPERVISOR_BUSY_MS = 30 * 60 * 1000
 WATCHED = {signal.SIGCHLD, signal.SIGUSR2}
 
 
@@ -58,7 +59,7 @@ def default_output(job: dict[str, Any]) -> str:
 
 class Supervisor:
     def __init__(self, job_id: int) -> None:
-        self.conn = db.connect()
+        self.conn = _connect()
         job = db.get_job(self.conn, job_id)
         assert job is not None, job_id
         self.job = job
@@ -77,7 +78,7 @@ class Supervisor:
                 self.conn.close()
             except sqlite3.Error:
                 pass
-            self.conn = db.connect()
+            self.conn = _connect()
             self.db_inode = inode
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -400,7 +401,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
     pid = procs.spawn([script, *req.get("script_args", [])], env, workdir, (in_fd, out_fd, err_fd), True,
-                      "SLURM_TASK_PID", rlimits=req.get("rlimits"))
+                      "SLURM_TASK_PID", f"slurmstepd-{sup.node}", rlimits=req.get("rlimits"))
     sup.mains[pid] = None
     now = time.time()
     with db.transaction(sup.conn):
@@ -442,6 +443,14 @@ def _write_trouble(job: dict, req: dict, outputs: list[str]) -> tuple[str, str] 
         if free < 64 * 1024:
             return "DiskFull", f"write to output file {path} failed: No space left on device (its disk is full)"
     return None
+
+
+def _connect():
+    """A supervisor never gives up recording its job: it waits for the write lock as long as it takes
+    (commands give up after a minute; under heavy load a supervisor may wait longer than that)."""
+    conn = db.connect()
+    conn.execute(f"PRAGMA busy_timeout={SUPERVISOR_BUSY_MS}")
+    return conn
 
 
 def _inode(path) -> int | None:

@@ -29,7 +29,9 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
             if job["state"] != "PENDING":
                 print(f"{command}: error: Job allocation {job_id} has been revoked.", file=sys.stderr)
                 raise SystemExit(1)
-            if not announced and delay >= 0.05:
+            if not announced and job["reason"] != "None":  # the controller says it must wait (as Slurm)
+                if job["reason"].startswith("Partition"):
+                    print(f"{command}: Requested partition configuration not available now", file=sys.stderr)
                 if command == "salloc":
                     print(f"salloc: Pending job allocation {job_id}", file=sys.stderr)
                 print(f"{command}: job {job_id} queued and waiting for resources", file=sys.stderr)
@@ -40,7 +42,11 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
         with db.transaction(conn):
             conn.execute("UPDATE jobs SET state='CANCELLED', end_time=? WHERE id=? AND state='PENDING'",
                          (time.time(), job_id))
-        print(f"{command}: Job allocation {job_id} has been revoked.", file=sys.stderr)
+        if command == "srun":  # Slurm 22.05's srun words it so
+            print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
+            print(f"srun: Force Terminated JobId={job_id}", file=sys.stderr)
+        else:
+            print(f"{command}: Job allocation {job_id} has been revoked.", file=sys.stderr)
         raise SystemExit(1) from None
     if announced:
         print(f"{command}: job {job_id} has been allocated resources", file=sys.stderr)

@@ -80,13 +80,13 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             env = envvars.task_env(base_env, job, cluster, step, index, local, proc_id, port)
             if req.label:
                 read_fd, write_fd = os.pipe()
-                pid = procs.spawn(argv, env, os.getcwd(), (0, write_fd, write_fd), False, "SLURM_TASK_PID", "srun")
+                pid = procs.spawn(argv, env, os.getcwd(), (0, write_fd, write_fd), False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
                 os.close(write_fd)
                 thread = threading.Thread(target=_relay, args=(read_fd, proc_id), daemon=True)
                 thread.start()
                 threads.append(thread)
             else:
-                pid = procs.spawn(argv, env, os.getcwd(), (0, 1, 2), False, "SLURM_TASK_PID", "srun")
+                pid = procs.spawn(argv, env, os.getcwd(), (0, 1, 2), False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
             pids.append((pid, part["node"], proc_id))
             if slow[part["node"]] > 1:
                 threading.Thread(target=_throttle, args=(pid, slow[part["node"]]), daemon=True).start()
