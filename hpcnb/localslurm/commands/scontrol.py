@@ -296,7 +296,13 @@ def main(argv: list[str]) -> int:
             return 0
     if verb in ("requeue", "hold", "release", "uhold") and rest:
         return control(conn, verb, rest[0])
-    print(f"scontrol: error: Invalid command: {' '.join(args)}", file=sys.stderr)
+    # Slurm 22.05's words for what it does not understand
+    if verb in ("show", "requeue", "hold", "release", "uhold") and not rest:
+        print(f"too few arguments for keyword:{verb}", file=sys.stderr)
+    elif verb == "show":
+        print(f"invalid entity:{rest[0]} for keyword:show ", file=sys.stderr)
+    else:
+        print(f"invalid keyword: {args[0]}", file=sys.stderr)
     return 1
 
 

@@ -1,0 +1,126 @@
+"""Bad requests: error messages and exit codes, rerun live on both Slurms.
+
+The 14 sbatch cases captured in tests/fixtures/real-slurm-22.05/ (cases.json), plus more of
+sbatch, srun, salloc, scancel, squeue and scontrol. Where a request is accepted, what becomes
+of the job (state and reason) is compared too.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from .harness import FINAL_STATES, Norm, Side, compare, on_both
+
+pytestmark = pytest.mark.realslurm
+
+CAPTURED = Path(__file__).resolve().parent.parent / "fixtures" / "real-slurm-22.05" / "cases.json"
+SBATCH_CASES = {c["case"]: c["argv"] for c in json.loads(CAPTURED.read_text()) if c["argv"][0] == "sbatch"}
+MORE = {
+    "sbatch_time_over_partition": ["sbatch", "-p", "short", "-t", "20", "--wrap", "true"],
+    "sbatch_ntasks_5": ["sbatch", "-n", "5", "--wrap", "true"],
+    "sbatch_cpus_per_task_3": ["sbatch", "-c", "3", "--wrap", "true"],
+    "sbatch_gpus_per_node_3": ["sbatch", "--gpus-per-node=3", "--wrap", "true"],
+    "sbatch_mem_per_cpu_too_big": ["sbatch", "--mem-per-cpu=9000", "--wrap", "true"],
+    "sbatch_nodelist_unknown": ["sbatch", "-w", "node7", "--wrap", "true"],
+    "sbatch_dependency_garbage": ["sbatch", "--dependency=afterok:abc", "--wrap", "true"],
+    "sbatch_missing_argument": ["sbatch", "--time"],
+    "sbatch_bad_signal": ["sbatch", "--signal=FOO@10", "--wrap", "true"],
+    "sbatch_nodes_range_bad": ["sbatch", "-N", "2-1", "--wrap", "true"],
+    "srun_nodes_3_interrupted": ["timeout", "-s", "INT", "4", "srun", "-N3", "true"],
+    "srun_not_executable": ["srun", "./noshebang.sh"],
+    "sbatch_bad_interpreter": ["sbatch", "badinterp.sh"],
+    "srun_partition_nope": ["srun", "-p", "nope", "true"],
+    "srun_gres_gpu_3": ["srun", "--gres=gpu:3", "true"],
+    "srun_no_command": ["srun", "-n1"],
+    "srun_exit_code": ["srun", "-n2", "bash", "-c", "exit $((SLURM_PROCID + 3))"],
+    "srun_command_not_found": ["srun", "no-such-command-hpcnb"],
+    "salloc_partition_nope": ["salloc", "-p", "nope", "true"],
+    "salloc_exit_code": ["salloc", "-n1", "bash", "-c", "exit 7"],
+    "salloc_time_abc": ["salloc", "-t", "abc", "true"],
+    "scancel_no_args": ["scancel"],
+    "scancel_bad_id": ["scancel", "abc"],
+    "scancel_unknown_job": ["scancel", "999999999"],
+    "squeue_unknown_job": ["squeue", "-j", "999999999"],
+    "squeue_bad_option": ["squeue", "--nope"],
+    "sinfo_bad_partition": ["sinfo", "-p", "nope"],
+    "scontrol_bad_command": ["scontrol", "frobnicate"],
+    "scontrol_show_nothing": ["scontrol", "show"],
+    "scontrol_show_bad_entity": ["scontrol", "show", "frob"],
+    "scontrol_show_job_unknown": ["scontrol", "show", "job", "999999999"],
+    "scontrol_requeue_unknown": ["scontrol", "requeue", "999999999"],
+    "sacct_unknown_job": ["sacct", "-j", "999999999", "-n"],
+}
+FILES = {"job.sh": "#!/bin/bash\ntrue\n", "noshebang.sh": "echo hello\n",
+         "badinterp.sh": "#!/no/such/interpreter\necho\n"}
+
+
+def _settle(side: Side, wd: Path, job_id: str) -> list[str]:
+    """The job's tasks as ``STATE REASON`` once final, or once a pending one has its reason; then cancel.
+
+    The real slurmctld may first say PartitionConfig and a second later the precise reason
+    (PartitionNodeLimit, PartitionTimeLimit): a pending job is looked at again after 3 s.
+    """
+    def now() -> list[str]:
+        res = side.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", "%T %r"], wd)
+        return sorted(res.stdout.split("\n")[:-1])
+
+    end = time.time() + 30
+    lines: list[str] = []
+    while time.time() < end:
+        lines = now()
+        if lines and all(x.split()[0] in FINAL_STATES or not x.endswith(" None") for x in lines):
+            if any(x.startswith("PENDING") for x in lines):
+                time.sleep(3)
+                lines = now()
+            break
+        time.sleep(0.3)
+    side.run(["scancel", job_id], wd)
+    return lines
+
+
+def run_case(side: Side, case: str, argv: list[str]) -> dict:
+    wd = side.workdir(f"error-{case}")
+    for name, text in FILES.items():
+        (wd / name).write_text(text)
+        (wd / name).chmod(0o755)
+    res = side.run(argv, wd, timeout=60)
+    norm = Norm(side, [wd])
+    out = {"exit code": res.rc}
+    match = re.match(r"Submitted batch job (\d+)", res.stdout)
+    granted = re.search(r"(?:Granted job allocation|job) (\d+)", res.stderr)
+    if match:
+        norm.add_ids(int(match.group(1)))
+        out["after"] = _settle(side, wd, match.group(1))
+    elif granted:
+        norm.add_ids(int(granted.group(1)))
+    out["stdout"] = norm.text(res.stdout)
+    out["stderr"] = norm.text(res.stderr)
+    if "srun" in argv:  # srun's own messages and its tasks' reach stderr in no fixed order
+        out["stderr"] = sorted(out["stderr"].splitlines())
+        if argv[0] == "timeout":  # an interrupted real srun may say "has been revoked" twice
+            out["stderr"] = sorted(set(out["stderr"]))
+    return out
+
+
+@pytest.mark.parametrize("case", [*SBATCH_CASES, *MORE])
+def test_bad_request(sides, case: str) -> None:
+    argv = SBATCH_CASES.get(case) or MORE[case]
+    got = on_both(sides, lambda side: run_case(side, case, argv))
+    compare(f"error: {' '.join(argv)}", got["local"], got["real"])
+
+
+def test_captured_cases_still_hold(sides) -> None:
+    """The live real Slurm still answers what was captured (so the fixtures stay trustworthy)."""
+    cases = json.loads(CAPTURED.read_text())
+    mismatches = []
+    for case in cases:
+        if case["argv"][0] != "sbatch" or case["exit_code"] == 0:
+            continue
+        live = run_case(sides["real"], f"captured-{case['case']}", case["argv"])
+        if (live["exit code"], live["stderr"]) != (case["exit_code"], case["stderr"]):
+            mismatches.append((case["case"], live, case))
+    compare("error: captured fixture cases rerun on the real Slurm", mismatches, [])
