@@ -4,7 +4,8 @@ Launch one process per device with srun (``--ntasks-per-node`` = ``--devices``);
 ranks, world size, MASTER_ADDR and MASTER_PORT in Slurm's variables itself (SLURMEnvironment).
 
 ``--inspect`` builds the Trainer, prints what every process believes (cluster environment, ranks)
-and stops without training. ``--requeue`` passes ``SLURMEnvironment(auto_requeue=True)``: on the
+and stops without training. ``--slurm-env`` passes ``SLURMEnvironment()`` explicitly (used even when
+the job is named ``interactive``). ``--requeue`` passes ``SLURMEnvironment(auto_requeue=True)``: on the
 job's warning signal (``#SBATCH --signal=SIGUSR1@90``) Lightning saves ``hpc_ckpt_<n>.ckpt`` in
 ``--root`` and requeues the job; the next run resumes from it.
 """
@@ -28,7 +29,8 @@ parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt")
 parser.add_argument("--root", default="lightning", help="Trainer(default_root_dir=...): hpc checkpoints go here")
 parser.add_argument("--inspect", action="store_true", help="print each process's view of the cluster, do not train")
-parser.add_argument("--requeue", action="store_true", help="SLURMEnvironment(auto_requeue=True)")
+parser.add_argument("--slurm-env", action="store_true", help="pass SLURMEnvironment explicitly, even if not detected")
+parser.add_argument("--requeue", action="store_true", help="pass SLURMEnvironment(auto_requeue=True)")
 parser.add_argument("--step-seconds", type=float, default=0.0, help="make every step last this long (demos)")
 args = parser.parse_args()
 
@@ -58,6 +60,10 @@ class Timer(pl.Callback):
     def on_train_start(self, trainer, module):
         self.start = time.perf_counter()
 
+    def on_train_epoch_start(self, trainer, module):
+        if trainer.is_global_zero:
+            print(f"epoch {trainer.current_epoch} starts at step {trainer.global_step}", flush=True)
+
     def on_train_end(self, trainer, module):
         self.seconds = time.perf_counter() - self.start
 
@@ -65,10 +71,10 @@ class Timer(pl.Callback):
 accelerator = "gpu" if torch.cuda.is_available() else "cpu"
 training.use_slurm_cpus()
 plugins = []
-if args.requeue:
+if args.slurm_env or args.requeue:
     from pytorch_lightning.plugins.environments import SLURMEnvironment
 
-    plugins.append(SLURMEnvironment(auto_requeue=True))
+    plugins.append(SLURMEnvironment(auto_requeue=args.requeue))
 timer = Timer()
 trainer = pl.Trainer(
     num_nodes=args.nodes, devices=args.devices, strategy="ddp", accelerator=accelerator, plugins=plugins,
@@ -78,7 +84,8 @@ trainer = pl.Trainer(
 env = trainer.strategy.cluster_environment
 print(f"process {os.environ.get('SLURM_PROCID', '?')} on {os.environ.get('SLURMD_NODENAME', '?')}: "
       f"{type(env).__name__}, global rank {trainer.global_rank} of {trainer.world_size}, "
-      f"node rank {trainer.node_rank}, local rank {trainer.local_rank}", flush=True)
+      f"node rank {trainer.node_rank}, local rank {trainer.local_rank}, "
+      f"rank 0 at {env.main_address}:{env.main_port}", flush=True)
 if args.inspect:
     raise SystemExit(0)
 
