@@ -11,8 +11,8 @@ work *before* the all-reduce (forward + backward): that is where the slow rank s
 * :func:`step_line` / :func:`read_step_logs` — the other route: each rank prints one line per
   step (``rank=2 host=node2 step=7 compute_s=0.0301 wait_s=0.0002``) and the lines are read back
   from the job's output file(s) afterwards, with or without ``srun --label`` prefixes.
-* :func:`find_stragglers` — per rank the median time, its ratio to the median over ranks, and a
-  robust z-score (median absolute deviation); a rank is slow when both are large.
+* :func:`find_stragglers` — each rank's times against the typical rank's, step by step: the
+  ratio and a robust z-score (median absolute deviation); a rank is slow when both are large.
 * :func:`format_report` and :func:`plot_rank_times` show the result.
 
 ``import hpcnb.stragglers`` does not import torch.
@@ -57,18 +57,19 @@ class RankTiming:
 
 # ----------------------------------------------------------------------- the outlier test
 
-def _medians(times: Mapping[int, Sequence[float] | float], skip: int) -> dict[int, tuple[float, int]]:
+def _clean(times: Mapping[int, Sequence[float] | float], skip: int) -> dict[int, list[float]]:
     out = {}
     for rank, values in times.items():
         if isinstance(values, (int, float)):
             vals = [float(values)]
         else:
-            vals = [float(v) for v in values][skip:] or [float(v) for v in values]
+            vals = [float(v) for v in values]
+            vals = vals[skip:] or vals
         if not vals:
             raise ValueError(f"rank {rank} has no step times")
         if any(not math.isfinite(v) or v < 0 for v in vals):
             raise ValueError(f"rank {rank}: step times must be finite and >= 0")
-        out[int(rank)] = (statistics.median(vals), len(vals))
+        out[int(rank)] = vals
     return out
 
 
@@ -76,37 +77,63 @@ def find_stragglers(times: Mapping[int, Sequence[float] | float], hosts: Mapping
                     *, ratio: float = DEFAULT_RATIO, z: float = DEFAULT_Z, skip: int = 0) -> list[RankTiming]:
     """Flag the ranks that are clearly slower than the others.
 
-    ``times`` maps each rank to its step times (a list, or one number such as a mean). Per rank
-    the median ``m_r`` is taken (after dropping ``skip`` warm-up steps); ``M`` is the median of
-    the ``m_r`` and ``MAD`` the median of ``|m_r - M|``. A rank is *slow* when
+    ``times`` maps each rank to its step times (a list per rank, step by step), or to one number
+    per rank (such as a mean). ``skip`` drops warm-up steps. A rank is *slow* when
 
-    * ``m_r / M >= ratio`` (default 1.5: at least 50 % slower than the typical rank), and
-    * its robust z-score ``0.6745 (m_r - M) / MAD >= z`` (default 3.5), i.e. it is far outside
-      the spread of the ranks (when ``MAD`` is 0 — all other ranks equal — any rank above the
-      ratio counts as far outside).
+    * its time over the typical rank's is ``>= ratio`` (default 1.5: at least 50 % slower), and
+    * its robust z-score ``0.6745 (x_r - M) / MAD >= z`` (default 3.5, Iglewicz and Hoaglin's
+      cut-off for outliers): the difference is far larger than the noise.
 
-    The median and the MAD barely move when one rank is extreme, which is why the test works
-    where a mean and standard deviation would be dragged towards the outlier. It needs at least
-    three ranks: with two, neither is "typical". Returns one :class:`RankTiming` per rank.
+    With step times (every rank the same number of steps, at least 3) the ranks are compared
+    **step by step**: in synchronous training step ``i`` happens at the same moment on every rank,
+    so each time is divided by that step's median over the ranks. This cancels whatever slows
+    a whole step everywhere (a busy machine, a longer batch) and leaves what is particular to a
+    rank. ``x_r`` is then the median of rank r's relative times, ``M`` the median of the ``x_r``,
+    and ``MAD`` the median absolute deviation of every relative time from its own rank's ``x_r``
+    (the step-to-step noise, pooled over the ranks). With one number per rank, ``x_r`` is that
+    number and ``MAD`` the ranks' deviation from ``M``.
+
+    Medians barely move when one rank is extreme, which is why this works where a mean and a
+    standard deviation would be dragged towards the outlier. When the MAD is 0 (no noise at all),
+    any rank above the ratio counts as far outside. At least three ranks are needed: with two,
+    neither is "typical". Returns one :class:`RankTiming` per rank (``median_s`` is the rank's
+    median of the raw times).
     """
     if ratio <= 1:
         raise ValueError(f"ratio={ratio}: a slow rank is more than 1x the typical one; use e.g. 1.5")
-    medians = _medians(times, skip)
-    if len(medians) < 3:
+    data = _clean(times, skip)
+    if len(data) < 3:
         raise ValueError(f"find_stragglers needs at least 3 ranks to tell which one is unusual, got "
-                         f"{len(medians)}: run with 3 or more tasks")
-    typical = statistics.median(m for m, _ in medians.values())
-    mad = statistics.median(abs(m - typical) for m, _ in medians.values())
+                         f"{len(data)}: run with 3 or more tasks")
+    ranks = sorted(data)
+    raw_medians = {r: statistics.median(data[r]) for r in ranks}
+    lengths = {len(v) for v in data.values()}
+    if len(lengths) == 1 and lengths.pop() >= 3:
+        steps = len(data[ranks[0]])
+        step_median = [statistics.median(data[r][i] for r in ranks) for i in range(steps)]
+        keep = [i for i in range(steps) if step_median[i] > 0]
+        rel = {r: [data[r][i] / step_median[i] for i in keep] for r in ranks} if keep else None
+    else:
+        rel = None
+    if rel is not None:
+        x = {r: statistics.median(rel[r]) for r in ranks}
+        typical = statistics.median(x.values())
+        mad = statistics.median(abs(v - x[r]) for r in ranks for v in rel[r])
+    else:
+        x = dict(raw_medians)
+        typical = statistics.median(x.values())
+        mad = statistics.median(abs(v - typical) for v in x.values())
     hosts = hosts or {}
     out = []
-    for rank in sorted(medians):
-        m, n = medians[rank]
-        r = m / typical if typical > 0 else (math.inf if m > 0 else 1.0)
+    for rank in ranks:
+        v = x[rank]
+        r = v / typical if typical > 0 else (math.inf if v > 0 else 1.0)
         if mad > 0:
-            score = MAD_SCALE * (m - typical) / mad
+            score = MAD_SCALE * (v - typical) / mad
         else:
-            score = math.inf if m > typical else (0.0 if m == typical else -math.inf)
-        out.append(RankTiming(rank, str(hosts.get(rank, "?")), n, m, r, score, r >= ratio and score >= z))
+            score = math.inf if v > typical else (0.0 if v == typical else -math.inf)
+        out.append(RankTiming(rank, str(hosts.get(rank, "?")), len(data[rank]), raw_medians[rank], r, score,
+                              r >= ratio and score >= z))
     return out
 
 

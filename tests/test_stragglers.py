@@ -151,3 +151,25 @@ def test_gather_step_times_across_processes():
     assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
     got = {int(k): v for k, v in json.loads(outs[0][0]).items()}
     assert got == {r: {"host": f"h{r}", "compute_s": [0.01 * (r + 1)] * 3} for r in range(size)}
+
+
+def test_step_by_step_comparison_cancels_machine_wide_noise():
+    """A busy machine slows whole steps (every rank at once); the test compares ranks step by step."""
+    rng = random.Random(7)
+    load = [rng.uniform(0.5, 3.0) for _ in range(30)]  # up to 6x swings from step to step
+    def run(slow_factor):
+        return {r: [0.04 * load[i] * (slow_factor if r == 2 else 1.0) * (1 + rng.uniform(-0.1, 0.1))
+                    for i in range(30)] for r in range(3)}
+    assert _flagged(find_stragglers(run(1.0))) == []
+    flagged = find_stragglers(run(1.8))
+    assert _flagged(flagged) == [2] and 1.6 < flagged[2].ratio < 2.0
+
+
+def test_one_number_per_rank_uses_the_spread_between_ranks():
+    means = {r: 0.040 * (1 + 0.02 * (r % 3)) for r in range(8)}
+    assert _flagged(find_stragglers(means)) == []
+    means[5] = 0.2
+    assert _flagged(find_stragglers(means)) == [5]
+    # unequal numbers of steps: compared by their medians
+    uneven = {0: [1.0, 1.1], 1: [1.0, 1.05, 0.95], 2: [1.02], 3: [5.0, 5.1]}
+    assert _flagged(find_stragglers(uneven)) == [3]
