@@ -120,7 +120,7 @@ def test_hold_release_and_cancel_pending(workdir: Path) -> None:
 
 
 def test_requeue_and_preempt_keep_the_job_id(workdir: Path) -> None:
-    job = submit("-o", "rq.out", "--wrap", "echo run $SLURM_RESTART_COUNT; sleep 30")
+    job = submit("-o", "rq.out", "--open-mode=append", "--wrap", "echo run $SLURM_RESTART_COUNT; sleep 30")
     wait_state(job, ("RUNNING",))
     time.sleep(0.3)
     assert run(["scontrol", "requeue", str(job)]).returncode == 0

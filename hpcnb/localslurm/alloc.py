@@ -81,6 +81,8 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
 
         excluded = set(hostlist.expand_hostlist(req.exclude))
         candidates = [c for c in candidates if c not in excluded]
+    if not req.nodelist:  # best fit, as cons_tres: busier nodes first (checked against a real 22.05)
+        candidates.sort(key=lambda c: free[c].cpus)
 
     chosen: list[tuple[str, int]] = []
     total = 0
@@ -97,6 +99,8 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
     if len(chosen) < nodes_min or total < ntasks or len(chosen) > nodes_max:
         return None
 
+    order = list(cluster.nodes)
+    chosen.sort(key=lambda c: order.index(c[0]))  # an allocation lists its nodes in node order
     # block distribution: one task per chosen node first, then fill nodes in order
     tasks = [1] * len(chosen)
     left = ntasks - len(chosen)

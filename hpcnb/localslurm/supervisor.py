@@ -381,7 +381,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
         if _inside(path, state):
             return _launch_failed(sup, f"Could not open {kind} file {path}: it is inside the local Slurm's "
                                        f"private state directory {state}")
-    append = req.get("open_mode") == "append" or job["restart_count"] > 0
+    append = req.get("open_mode") == "append"  # a requeued job truncates its output too (real 22.05)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     opened: list[int] = []
     try:
