@@ -296,8 +296,10 @@ def main(argv: list[str]) -> int:
             return 0
     if verb in ("requeue", "hold", "release", "uhold") and rest:
         return control(conn, verb, rest[0])
+    if verb == "update" and rest:
+        return update(conn, rest)
     # Slurm 22.05's words for what it does not understand
-    if verb in ("show", "requeue", "hold", "release", "uhold") and not rest:
+    if verb in ("show", "requeue", "hold", "release", "uhold", "update") and not rest:
         print(f"too few arguments for keyword:{verb}", file=sys.stderr)
     elif verb == "show":
         print(f"invalid entity:{rest[0]} for keyword:show ", file=sys.stderr)
@@ -353,3 +355,87 @@ def control(conn, verb: str, ids: str) -> int:
             wake_supervisor(current)
     controller.poke()
     return rc
+
+
+_UPDATABLE = {"starttime": "StartTime", "timelimit": "TimeLimit", "jobname": "JobName", "name": "JobName",
+              "comment": "Comment"}
+
+
+def _start_time(text: str, now: float) -> float | None:
+    """``now``, ``now+N[seconds|minutes|hours|days]`` or ``YYYY-MM-DD[THH:MM[:SS]]``."""
+    import re
+    import time as _time
+
+    match = re.fullmatch(r"now(?:\+(\d+)(seconds|minutes|hours|days|s|m|h|d)?)?", text.lower())
+    if match:
+        count = int(match.group(1) or 0)
+        unit = (match.group(2) or "seconds")[0]
+        return now + count * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return _time.mktime(_time.strptime(text, fmt))
+        except ValueError:
+            pass
+    return None
+
+
+def update(conn, items: list[str]) -> int:
+    """``scontrol update JobId=N StartTime=... TimeLimit=... JobName=...`` (the job fields users change)."""
+    from hpcnb.slurm_options import parse_slurm_time
+
+    pairs = [item.partition("=")[::2] for item in items]
+    ids = [v for k, v in pairs if k.lower() in ("jobid", "job")]
+    if not ids:
+        print("No valid entity in update command", file=sys.stderr)
+        print("Input line must include \"NodeName\", \"PartitionName\", \"Reservation/ReservationName\", "
+              "\"JobId\", \"StepId\", \"FrontendName\" or \"SuspendExcNodes\"", file=sys.stderr)
+        return 1
+    changes = {}
+    for key, value in pairs:
+        if key.lower() in ("jobid", "job"):
+            continue
+        if key.lower() not in _UPDATABLE:
+            print(f"Update of this parameter is not supported: {key}={value}", file=sys.stderr)
+            print("Request aborted", file=sys.stderr)
+            return 1
+        changes[_UPDATABLE[key.lower()]] = value
+    jobs = select_jobs(conn, ids[0])
+    if not jobs:
+        print(f"Invalid job id specified for job {ids[0]}", file=sys.stderr)
+        return 1
+    now = db.now()
+    for job in jobs:
+        with db.transaction(conn):
+            current = db.get_job(conn, job["id"])
+            if current["state"] not in ("PENDING", "RUNNING", "SUSPENDED"):
+                print(f"Job has already finished for job {formats.job_id_text(job)}", file=sys.stderr)
+                return 1
+            for key, value in changes.items():
+                if key == "StartTime":
+                    when = _start_time(value, now)
+                    if when is None:
+                        print(f"Invalid StartTime specification {value}", file=sys.stderr)
+                        return 1
+                    if current["state"] != "PENDING":
+                        print(f"Job is no longer pending execution for job {formats.job_id_text(job)}",
+                              file=sys.stderr)
+                        return 1
+                    conn.execute("UPDATE jobs SET eligible_time=? WHERE id=?", (when, job["id"]))
+                    if current["reason"] == "BeginTime" and when <= now:
+                        conn.execute("UPDATE jobs SET reason='None' WHERE id=?", (job["id"],))
+                elif key == "TimeLimit":
+                    try:
+                        seconds = parse_slurm_time(value)
+                    except ValueError:
+                        print(f"Invalid TimeLimit value: {value}", file=sys.stderr)
+                        return 1
+                    conn.execute("UPDATE jobs SET time_limit=? WHERE id=?", (seconds, job["id"]))
+                elif key == "JobName":
+                    conn.execute("UPDATE jobs SET name=? WHERE id=?", (value, job["id"]))
+                elif key == "Comment":
+                    req = dict(current["req"], comment=value)
+                    import json
+
+                    conn.execute("UPDATE jobs SET req=? WHERE id=?", (json.dumps(req), job["id"]))
+    controller.poke()
+    return 0
