@@ -31,6 +31,7 @@ from .cluster import load_cluster
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
 IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
 CHECK_EVERY_S = 1.0
+CONTROLLER_BUSY_MS = 10 * 60 * 1000  # the controller waits for the write lock (commands: a minute)
 RESCHEDULE_S = 5.0  # a scheduling pass at least this often, even when nothing woke us
 # how long a scheduled job may wait for its supervisor to claim it before it counts as never launched
 LAUNCH_GRACE_S = float(os.environ.get("HPCNB_LAUNCH_GRACE", "10"))
@@ -92,7 +93,9 @@ def ensure_running() -> None:
         return
     conn = db.connect()
     try:
-        busy = conn.execute("SELECT 1 FROM jobs WHERE state IN ('PENDING','RUNNING') LIMIT 1").fetchone()
+        busy = conn.execute(
+            "SELECT 1 FROM jobs WHERE state='RUNNING' OR (state='PENDING' AND held=0) LIMIT 1"
+        ).fetchone()  # held jobs wait for `scontrol release`, which wakes a controller itself
     finally:
         conn.close()
     if busy:
@@ -137,7 +140,7 @@ def log(text: str) -> None:
 
 class Controller:
     def __init__(self) -> None:
-        self.conn = db.connect()
+        self.conn = self._connect()
         profile = db.get_meta(self.conn, "profile")
         if profile is None:
             profile = os.environ.get("HPCNB_PROFILE", "local")
@@ -279,7 +282,20 @@ class Controller:
                 except OSError as err:  # e.g. EAGAIN: the job stays unclaimed and is requeued after the grace
                     log(f"controller: could not start the supervisor of job {job_id}: {err}")
         finally:
-            self.conn = db.connect()
+            self.conn = self._connect()
+
+    @staticmethod
+    def _connect():
+        """Reopen the state file, waiting out a busy spell (a damaged file still raises)."""
+        while True:
+            try:
+                conn = db.connect()
+                conn.execute(f"PRAGMA busy_timeout={CONTROLLER_BUSY_MS}")
+                return conn
+            except db.StateError as err:
+                if "locked" not in str(err):
+                    raise
+                time.sleep(0.5)
 
     def _launch(self, job_id: int) -> None:
         pid = os.fork()
@@ -388,6 +404,8 @@ def main() -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _LOCK_FD = fd
+    from . import supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
+
     try:
         Controller().run()
     except db.StateError as err:
