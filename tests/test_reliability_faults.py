@@ -235,19 +235,38 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["emptied", "truncated-half", "header-garbage", "pages-garbage", "deleted", "replaced"])
-def test_damaged_state_file_is_reported_and_recovered(slurm: Slurm, tmp_path: Path, kind: str) -> None:
-    done = slurm.run("sbatch", "--parsable", "--array=1-60", "-o", f"{tmp_path}/%A_%a.out", "--wrap", "true")
-    array = int(done.stdout)
-    slurm.wait_final([i for i, in slurm.db_rows("SELECT id FROM jobs")], timeout=120)
-    held = [slurm.submit("--hold", "-J", f"held{i}", "--wrap", "echo held") for i in range(3)]
-    known = {i for i, in slurm.db_rows("SELECT id FROM jobs")}
-    assert len(known) == 63
-    assert slurm.admin("stop").returncode == 0
-    db_file = slurm.state / "slurm.db"
-    conn = sqlite3.connect(db_file)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file: the damage hits it all
+@pytest.fixture(scope="module")
+def populated_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state directory holding 60 finished array tasks and 3 held jobs, its controller stopped and
+    its journal checkpointed (so damage to the main file hits everything); tests damage copies."""
+    from reliability_helpers import make_env
+
+    state = tmp_path_factory.mktemp("populated") / "state"
+    template = Slurm(state, make_env(state))
+    work = state.parent
+    template.run("sbatch", "--parsable", "--array=1-60", "-o", f"{work}/%A_%a.out", "--wrap", "true", cwd=work)
+    template.wait_final([i for i, in template.db_rows("SELECT id FROM jobs")], timeout=120)
+    for i in range(3):
+        template.submit("--hold", "-J", f"held{i}", "--wrap", "echo held", cwd=work)
+    controller = template.wait_controller()
+    assert not wait_gone([p.pid for p in template.processes() if p.pid != controller], 10)  # supervisors done
+    assert template.admin("stop").returncode == 0
+    assert not wait_gone([p.pid for p in template.processes()], 10)
+    conn = sqlite3.connect(state / "slurm.db")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+    yield state
+    template.stop_everything()
+
+
+@pytest.mark.parametrize("kind", ["emptied", "truncated-half", "header-garbage", "pages-garbage", "deleted", "replaced"])
+def test_damaged_state_file_is_reported_and_recovered(slurm: Slurm, populated_state: Path, tmp_path: Path,
+                                                      kind: str) -> None:
+    shutil.copytree(populated_state, slurm.state, ignore=shutil.ignore_patterns("*.sock", "*-shm", "*-wal"))
+    known = {i for i, in slurm.db_rows("SELECT id FROM jobs")}
+    held = [i for i, in slurm.db_rows("SELECT id FROM jobs WHERE name LIKE 'held%'")]
+    assert len(known) == 63 and len(held) == 3
+    db_file = slurm.state / "slurm.db"
     _damage(db_file, kind)
     damaged = db_file.read_bytes() if db_file.exists() else None
 
@@ -277,7 +296,7 @@ def test_damaged_state_file_is_reported_and_recovered(slurm: Slurm, tmp_path: Pa
             a, _, b = part.partition("-")
             lost |= set(range(int(a), int(b or a) + 1))
     assert salvaged | lost == known and not salvaged & lost, "every job is either salvaged or reported lost"
-    if kind in ("truncated-half", "pages-garbage"):
+    if kind in ("truncated-half", "pages-garbage", "header-garbage"):
         assert salvaged, "readable rows must be salvaged"
     print(f"\n{kind}: salvaged {len(salvaged)}/{len(known)} job records; report:\n{report}")
 
