@@ -10,7 +10,6 @@ import os
 import re
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,7 +133,7 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
         if row is None:  # a state file from before state ids (and markers)
             with transaction(conn):
                 if get_meta(conn, "state_id") is None:
-                    set_meta(conn, "state_id", uuid.uuid4().hex)
+                    set_meta(conn, "state_id", os.urandom(16).hex())
             row = conn.execute("SELECT value FROM meta WHERE key='state_id'").fetchone()
         ident = row[0]
         if recorded and recorded != ident:
@@ -158,7 +157,7 @@ def _create(path: Path) -> None:
         conn = sqlite3.connect(tmp, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(SCHEMA)
-        conn.execute("INSERT INTO meta(key, value) VALUES('state_id', ?)", (uuid.uuid4().hex,))
+        conn.execute("INSERT INTO meta(key, value) VALUES('state_id', ?)", (os.urandom(16).hex(),))
         conn.close()  # checkpoints: everything is in the main file now
         try:
             os.link(tmp, path)
