@@ -19,6 +19,7 @@ from .cluster import Cluster, load_cluster
 
 MEM_POLL_S = 0.25
 SUPERVISOR_BUSY_MS = 30 * 60 * 1000
+FINISH_PATIENCE_S = 600.0
 WATCHED = {signal.SIGCHLD, signal.SIGUSR2}
 
 
@@ -160,7 +161,23 @@ class Supervisor:
         return outcome_of(list(self.mains.values()))
 
     def finish(self, outcome: Outcome) -> None:
-        """Record the final state in one transaction, clean node-local scratch, wake the controller."""
+        """Record the final state in one transaction, clean node-local scratch, wake the controller.
+
+        A full disk under the state file is waited out (up to FINISH_PATIENCE_S): the job's true
+        end is recorded once there is room, instead of a supervisor dying and a NODE_FAIL."""
+        give_up = time.time() + FINISH_PATIENCE_S
+        while True:
+            try:
+                self._record(outcome)
+                break
+            except sqlite3.OperationalError as err:
+                if time.time() > give_up or db.is_damage(err):
+                    raise
+                _log(f"[{self.job['id']}.batch] cannot record the job's end yet ({err}); retrying")
+                time.sleep(1.0)
+        self._after()
+
+    def _record(self, outcome: Outcome) -> None:
         job, now = self.job, time.time()
         self._fresh()
         with db.transaction(self.conn):
@@ -191,12 +208,18 @@ class Supervisor:
                     "WHERE id=?",
                     (outcome.state, _reason(outcome), now, outcome.exit_code, outcome.exit_signal, self.max_rss, job["id"]),
                 )
+
+    def _after(self) -> None:
+        job = self.job
         for part in job["alloc"]:
             shutil.rmtree(envvars.node_tmpdir(job["id"], part["node"]), ignore_errors=True)
         from .controller import ensure_running, poke
 
-        if not poke(start=False):
-            ensure_running()  # the controller was killed: pending jobs must not wait for the next command
+        try:
+            if not poke(start=False):
+                ensure_running()  # the controller was killed: pending jobs must not wait for the next command
+        except (db.StateError, sqlite3.Error, OSError):
+            pass  # the job's end is recorded; the next command starts the controller
 
     # -- helpers -------------------------------------------------------------------------------
     def _reap(self) -> None:

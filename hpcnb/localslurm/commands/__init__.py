@@ -35,6 +35,10 @@ def run(name: str, argv: list[str]) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as err:  # a full or read-only disk, say: one clear line, never a traceback
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"{name}: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
 
 
 def _restart_controller_if_needed() -> None:
