@@ -394,3 +394,41 @@ def test_unwritable_output_is_a_launch_failure_like_slurm(slurm: Slurm, tmp_path
     assert "Reason=JobLaunchFailure" in slurm.run("scontrol", "show", "job", str(job)).stdout
     assert f"[{job}.batch] error: Could not open stdout file {tmp_path}/no/such/dir/{job}.out: " \
            "No such file or directory" in slurm.log()
+
+
+def test_full_disk_under_the_state_gives_a_clear_error_and_loses_nothing(tmp_path: Path) -> None:
+    """The state directory's own disk fills up: commands say so (exit 1, no traceback), nothing
+    half-written is left, and once there is room again everything carries on (no id used)."""
+    from reliability_helpers import make_env
+
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "4m"):
+        pytest.skip("needs root and a mountable tmpfs")
+    state = disk / "state"
+    slurm = Slurm(state, make_env(state))
+    try:
+        done = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", "echo ok", cwd=tmp_path) for _ in range(3)]
+        assert set(slurm.wait_final(done).values()) == {"COMPLETED"}
+        filler = disk / "filler"
+        with open(filler, "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        refused = [slurm.run("sbatch", "--wrap", "true", cwd=tmp_path) for _ in range(3)]
+        for result in refused:
+            assert result.returncode == 1, result
+            assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+            assert "disk" in result.stderr or "No space left on device" in result.stderr, result.stderr
+        assert slurm.run("squeue").returncode == 0
+        filler.unlink()
+        later = slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", "echo ok", cwd=tmp_path)
+        assert later == done[-1] + 1, "a refused submission used up a job id"
+        assert slurm.wait_final([later]) == {later: "COMPLETED"}
+        assert sorted(p.name for p in (state / "jobs").iterdir()) == sorted(map(str, done + [later]))
+        assert slurm.admin("recover").stdout.startswith("the local Slurm's state file is healthy")
+    finally:
+        slurm.stop_everything()
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
