@@ -274,8 +274,20 @@ def emulated_training(steps: int = 200, *, fmts: Sequence[str] = ("fp32", "tf32"
     SGD. In ``tf32``/``bf16`` every matmul of every linear layer (forward *and* both backward
     matmuls) rounds its inputs like a tensor core would (emulated); ``fp32`` is plain float32.
     Rows every ``every`` steps: ``step``, ``format``, ``how``, ``loss`` (training loss of that
-    batch), ``eval_loss`` (on a fixed held-out batch).
+    batch), ``eval_loss`` (on a fixed held-out batch). The matrices are tiny, so this runs on
+    one intra-op thread (more only add waiting, badly so on a busy machine).
     """
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _emulated_training(steps, fmts, batch, width, lr, seed, every)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _emulated_training(steps, fmts, batch, width, lr, seed, every) -> list[dict[str, Any]]:
     import torch
 
     fn = _Rounded.get()

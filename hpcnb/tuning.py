@@ -351,29 +351,36 @@ def _measure_step(cfg: Config, *, dev: str | None = None, seconds: float = 0.3, 
 
 
 def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int = 2, warmup: int = 2,
-                  experiment: str = "loop", setting: str = "") -> dict[str, Any]:
+                  max_seconds: float | None = 2.5, experiment: str = "loop", setting: str = "",
+                  trainer: _Trainer | None = None) -> dict[str, Any]:
     import torch
 
     dev = dev or device()
-    trainer = _Trainer(cfg, dev, size=dataset.size, classes=dataset.classes)
+    trainer = trainer or _Trainer(cfg, dev, size=dataset.size, classes=dataset.classes)
     x, y = _synthetic_batch(cfg.batch_size, dev, dataset.size, dataset.classes)
     for _ in range(warmup):  # first calls pick kernels (and compile, with torch.compile)
         trainer.step(x, y)
     _sync(dev)
     if dev == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    samples, start = 0, time.perf_counter()
+    samples, start, cut = 0, time.perf_counter(), False
     loader = make_loader(dataset, cfg)
     for _ in range(epochs):
         for xb, yb in loader:
             trainer.step(*trainer.to_device(xb, yb))
             samples += len(xb)
+            if max_seconds and time.perf_counter() - start > max_seconds:
+                cut = True
+                break
+        if cut:
+            break
     _sync(dev)
     elapsed = time.perf_counter() - start
-    del loader  # stops persistent workers
+    del loader  # stops the workers
     peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else None
     return _row(experiment, setting, "loop", cfg, dev, samples=samples, seconds=elapsed,
-                samples_per_s=samples / elapsed, peak_mem_mb=peak)
+                samples_per_s=samples / elapsed, peak_mem_mb=peak,
+                note=f"stopped after {max_seconds:g} s" if cut else "")
 
 
 def _with_threads(fn, cfg: Config, *args: Any, **kw: Any):
@@ -402,8 +409,9 @@ def measure_loop(cfg: Config, dataset, **kw: Any) -> dict[str, Any]:
 
     The clock runs from creating the DataLoader to the last optimizer step, so worker start-up
     (once per epoch unless ``persistent_workers``) counts, as it does in real training.
+    A slow configuration stops after ``max_seconds`` (2.5 s; ``None``: never), with a note.
     Keywords: ``dev``, ``epochs``, ``warmup`` (steps on a synthetic batch first, 2),
-    ``experiment``, ``setting``.
+    ``max_seconds``, ``experiment``, ``setting``.
     """
     return _with_threads(_measure_loop, cfg, dataset, **kw)
 
@@ -425,7 +433,9 @@ def profile_ops(cfg: Config, dataset, **kw: Any) -> list[dict[str, Any]]:
 
     Returns ``{"name", "calls", "self_ms", "share"}`` rows sorted by self time (CPU time, or
     GPU time on a GPU), after the two labelled ranges ``[data]`` (loading a batch) and
-    ``[step]`` (the model step). Keywords: ``dev``, ``steps`` (3), ``top`` (8).
+    ``[step]`` (the model step). Keywords: ``dev``, ``steps`` (3), ``top`` (8), ``max_batch``
+    (64): the profiler keeps every operator call in memory (kilobytes each) and the dataset
+    makes dozens of calls per sample, so larger batches are profiled at this size.
     """
     return _with_threads(_profile_ops, cfg, dataset, **kw)
 
@@ -441,7 +451,7 @@ def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: st
                      seconds: float = 0.4, max_batch: int | None = None) -> list[dict[str, Any]]:
     """Model-step throughput for growing batch sizes (experiment ``batch_size``).
 
-    Default sizes: 16 ... 512 on a CPU (time, not memory, is the limit there); on a GPU the
+    Default sizes: 16 ... 256 on a CPU (time, not memory, is the limit there); on a GPU the
     batch doubles from 64 until the GPU runs out of memory or ``max_batch`` (default 2**20).
     An out-of-memory error is caught, reported as a row with status ``OOM``, and ends the sweep.
     """
@@ -451,7 +461,7 @@ def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: st
 
     dev = dev or device()
     if sizes is None:
-        top = max_batch or (2**20 if dev == "cuda" else 512)
+        top = max_batch or (2**20 if dev == "cuda" else 256)
         start = 64 if dev == "cuda" else 16
         sizes = [start * 2**k for k in range(40) if start * 2**k <= top]
     rows: list[dict[str, Any]] = []
@@ -547,7 +557,10 @@ def _profile_split(cfg: Config, dataset, *, dev: str | None = None, batches: int
             for name, sec in parts.items()]
 
 
-def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3, top: int = 8) -> list[dict[str, Any]]:
+def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3, top: int = 8,
+                 max_batch: int | None = 64) -> list[dict[str, Any]]:
+    if max_batch and cfg.batch_size > max_batch:
+        cfg = cfg.replace(batch_size=max_batch)
     from torch.profiler import ProfilerActivity, profile, record_function
 
     dev = dev or device()
@@ -577,10 +590,11 @@ def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3
     total = sum(ranges.values()) or sum(self_us(e) for e in events) or 1.0
     ops = sorted((e for e in events if e.key not in ("data", "step") and not e.key.startswith("ProfilerStep")),
                  key=self_us, reverse=True)[:top]
-    rows = [{"name": f"[{k}] (whole range)", "calls": steps, "self_ms": v / 1e3, "share": v / total}
-            for k, v in sorted(ranges.items())]
-    rows += [{"name": e.key, "calls": int(e.count), "self_ms": self_us(e) / 1e3, "share": self_us(e) / total}
-             for e in ops]
+    del prof
+    rows = [{"name": f"[{k}] (whole range)", "calls": steps, "self_ms": v / 1e3, "share": v / total,
+             "batch_size": cfg.batch_size} for k, v in sorted(ranges.items())]
+    rows += [{"name": e.key, "calls": int(e.count), "self_ms": self_us(e) / 1e3, "share": self_us(e) / total,
+              "batch_size": cfg.batch_size} for e in ops]
     return rows
 
 
@@ -735,9 +749,8 @@ def _compile_probe(cfg_json: str, data_json: str, epochs: str, dev: str) -> None
     trainer.step(*_synthetic_batch(cfg.batch_size, dev, dataset.size, dataset.classes))
     _sync(dev)
     compile_s = time.perf_counter() - start
-    del trainer
     compiled = measure_loop(cfg.replace(compile=True), dataset, dev=dev, epochs=int(epochs),
-                            experiment="compile", setting="compiled")
+                            experiment="compile", setting="compiled", trainer=trainer)
     compiled["note"] = f"compiling took {compile_s:.1f} s (not counted in samples/s)"
     eager["note"] = "same process as the compiled run"
     print(json.dumps({"rows": [eager, compiled], "compile_s": compile_s}), flush=True)
