@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import hostlist
+
 from . import db, envvars, paths, procs
 from .cluster import Cluster, load_cluster
 
@@ -246,7 +248,23 @@ class Supervisor:
     def _banner(self, why: str | None) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         tail = f" {why}" if why else ""
+        # as Slurm 22.05: each running step's srun says it was aborted, its slurmstepd prints a STEP line
+        steps = self.conn.execute("SELECT step, nodelist FROM steps WHERE job_id=? AND state='RUNNING' "
+                                  "AND step!='batch'", (self.job["id"],)).fetchall()
+        for step in steps:
+            first = hostlist.expand_hostlist(step["nodelist"])[0]
+            self._write(f"srun: Job step aborted: Waiting up to {self.cluster.kill_wait_s + 2} seconds for job "
+                        "step to finish.")
+            self._write(f"slurmstepd-{first}: error: *** STEP {self.job['id']}.{step['step']} ON {first} "
+                        f"CANCELLED AT {stamp}{tail} ***")
         self._say(f"error: *** JOB {self.job['id']} ON {self.node} CANCELLED AT {stamp}{tail} ***")
+
+    def _write(self, line: str) -> None:
+        if self.err_fd is not None:
+            try:
+                os.write(self.err_fd, f"{line}\n".encode())
+            except OSError:
+                pass
 
     def _kill_all(self, why: str | None, grace: bool = True, banner: bool = True) -> None:
         """SIGCONT+SIGTERM to every process of the job, SIGKILL after KillWait; reap them all."""

@@ -170,9 +170,16 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
     inherited = os.environ.get("SLURM_NTASKS")
     step, pids, threads = start_step(conn, job, cluster, req, argv, dict(os.environ),
                                      int(inherited) if inherited and inherited.isdigit() else None)
-    forward = lambda sig, _frame: procs.send(  # noqa: E731
-        [p for p in procs.descendants() if p.pid in {t[0] for t in pids}], sig
-    )
+    terminated = []
+
+    def forward(sig, _frame) -> None:
+        if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
+            print("srun: got SIGCONT", file=sys.stderr, flush=True)
+        elif sig == signal.SIGTERM and not terminated:
+            terminated.append(sig)
+            print("srun: forcing job termination", file=sys.stderr, flush=True)
+        procs.send([p for p in procs.descendants() if p.pid in {t[0] for t in pids}], sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(sig, forward)
     statuses = []
@@ -186,7 +193,7 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
         statuses.append(status)
         if status:
             print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
-    if any(os.WIFSIGNALED(s) for s in statuses):  # as Slurm 22.05's srun reports a task killed by a signal
+    if any(os.WIFSIGNALED(s) for s in statuses) and not terminated:  # a task killed by a signal (as 22.05)
         print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
     for thread in threads:
         thread.join(timeout=5)
