@@ -47,6 +47,9 @@ INTENTIONAL = {
     "slurmctld sends it at its next 30 s check (both deliver it to the batch shell before the time limit).",
     "scheduling_speed": "The local Slurm starts jobs at once; the real one within a second or so (timings and "
     "transient PENDING states are not compared).",
+    "requeue_delay": "After scontrol requeue a real slurmctld holds the job for about two minutes "
+    "(EligibleTime = now + 121 s, reason BeginTime); the local Slurm for one second. The suite lifts the "
+    "hold with scontrol update StartTime=now on both sides.",
     "node_stats": "Live node statistics (CPULoad, FreeMem, OS, BootTime, SlurmdStartTime, LastBusyTime, "
     "Port) describe the host, not the virtual node: normalised.",
     "percent_N": "Output file pattern %N: the real slurmd expands the short host name of the machine it runs on "

@@ -159,6 +159,28 @@ def test_scancel_running(sides) -> None:
     check("scancel-running", on_both(sides, one), ("scancel", "scancel again", "sacct", "scontrol", "output"))
 
 
+def test_scancel_running_with_steps(sides) -> None:
+    """What srun and slurmstepd say when a job is cancelled under a running (2-node) step."""
+    def one(side: Side) -> dict:
+        wd = side.workdir("state-scancel-steps")
+        job_id = side.sbatch(["-o", "out.txt", "-N2", "-n2"], wd, "#!/bin/bash\necho started\nsrun sleep 300\n")
+        norm = Norm(side, [wd], [job_id])
+        side.wait_state(job_id, wd, {"RUNNING"})
+        _wait_for_text(wd / "out.txt", "started")
+        end = time.time() + 30
+        while time.time() < end and ".0|RUNNING" not in side.ok(
+                ["sacct", "-P", "-n", "-j", str(job_id), "--format", "JobID,State"], wd).stdout:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        side.ok(["scancel", str(job_id)], wd)
+        side.wait_done(job_id, wd)
+        # srun's and slurmstepd's messages reach the output in no fixed order: compared sorted
+        return {"sacct": sacct_rows(side, norm, job_id, wd), "scontrol": scontrol_fields(side, norm, job_id, wd),
+                "output": sorted(output(norm, wd / "out.txt").splitlines())}
+
+    check("scancel-running-with-steps", on_both(sides, one))
+
+
 def _wait_for_text(path: Path, text: str, timeout: float = 30) -> None:
     end = time.time() + timeout
     while time.time() < end:

@@ -291,13 +291,22 @@ def _sinfo_outputs(side: Side, wd: Path) -> dict:
     }
 
 
-def test_sinfo_idle_or_busy(sides) -> None:
-    """sinfo as it is now (the long jobs of test_9_long may keep a CPU busy on both sides)."""
+def quiet(long_jobs) -> None:
+    """Wait until the long jobs of test_9_long are over: their ends differ by up to 30 s."""
+    for long in (long_jobs or {}).values():
+        long.wait_over()
+
+
+def test_sinfo_idle_or_busy(sides, long_jobs) -> None:
+    """sinfo of the cluster at rest."""
+    quiet(long_jobs)
     got = on_both(sides, lambda side: _sinfo_outputs(side, side.workdir("sinfo-now")))
     check_all("sinfo (as now)", got)
 
 
-def test_sinfo_with_a_job(sides) -> None:
+def test_sinfo_with_a_job(sides, long_jobs) -> None:
+    quiet(long_jobs)
+
     def one(side: Side) -> dict:
         wd = side.workdir("sinfo-job")
         job_id = side.sbatch(["-o", "out.txt", "-N2", "-n2"], wd, "#!/bin/bash\nsleep 300\n")
@@ -323,7 +332,9 @@ def node_record(text: str) -> list[list[tuple[str, str]]]:
     return out
 
 
-def test_scontrol_show_node_and_partition(sides) -> None:
+def test_scontrol_show_node_and_partition(sides, long_jobs) -> None:
+    quiet(long_jobs)
+
     def one(side: Side) -> dict:
         wd = side.workdir("scontrol-node")
         node1 = side.ok(["scontrol", "show", "node", "node1"], wd).stdout
@@ -343,6 +354,27 @@ def test_scontrol_show_node_and_partition(sides) -> None:
     stats = {k for k, _ in got["real"]["show node node1"][0]} & NODE_STATS
     intentional("format: scontrol show node [live statistics]", "node_stats", sorted(stats), sorted(stats),
                 sorted(stats), sorted(NODE_STATS))
+
+
+def test_best_fit_placement(sides, long_jobs) -> None:
+    """Which node a job gets: the busiest one it fits on (cons_tres best fit), in node order."""
+    quiet(long_jobs)
+
+    def one(side: Side) -> dict:
+        wd = side.workdir("placement")
+        first = side.sbatch(["-o", "a.txt", "-w", "node2"], wd, "#!/bin/bash\nsleep 60\n", "a.sh")
+        side.wait_state(first, wd, {"RUNNING"})
+        second = side.sbatch(["-o", "b.txt"], wd, "#!/bin/bash\nsleep 60\n", "b.sh")
+        side.wait_state(second, wd, {"RUNNING"})
+        third = side.sbatch(["-o", "c.txt", "-c2"], wd, "#!/bin/bash\nsleep 60\n", "c.sh")
+        side.wait_state(third, wd, {"RUNNING"})
+        nodes = side.ok(["squeue", "-h", "-j", f"{first},{second},{third}", "-o", "%j %N"], wd).stdout
+        side.run(["scancel", str(first), str(second), str(third)], wd)
+        for job in (first, second, third):
+            side.wait_done(job, wd)
+        return {"nodes": sorted(nodes.splitlines())}
+
+    check_all("placement (best fit)", on_both(sides, one))
 
 
 HOSTNAMES = {

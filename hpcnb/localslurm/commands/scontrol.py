@@ -61,10 +61,10 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
     eligible = "Unknown" if blocked else formats.stamp(job["eligible_time"])
     end = job["end_time"] or (job["start_time"] + job["time_limit"] if job["start_time"] and job["time_limit"] else None)
     exit_code = f"{job['exit_code']}:{job['exit_signal']}"
-    if job["state"] == "CANCELLED" and job["start_time"] and (job["exit_code"], job["exit_signal"]) == (0, 0):
+    if job["state"] in ("CANCELLED", "TIMEOUT") and job["start_time"] and (job["exit_code"], job["exit_signal"]) == (0, 0):
         batch = conn.execute("SELECT exit_code, exit_signal FROM steps WHERE job_id=? AND step='batch'",
                              (job["id"],)).fetchone()
-        if batch:  # a cancelled job ends with its batch step's status (SIGTERM)
+        if batch:  # a cancelled or timed-out job ends with its batch step's status (SIGTERM)
             exit_code = f"{batch['exit_code']}:{batch['exit_signal']}"
     tres = f"cpu={cpus},mem={mem}M,node={nodes},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
     min_mem = (f"MinMemoryNode={req['mem_mb']}M" if req["mem_mb"] is not None

@@ -1,0 +1,186 @@
+"""The slow cases: TIMEOUT, --signal=B:USR1@N, and requeue (SLURM_RESTART_COUNT in the rerun).
+
+A real slurmctld checks time limits every 30 s, so a --time=1 job ends 60-90 s after it starts.
+These jobs are submitted on both sides when the session starts (conftest.long_jobs, calling
+start_long_jobs below) and run on node2 while the other cases use node1 (and 2-node cases wait);
+the tests here, run last, collect the results. Tests that show the whole cluster's state wait
+for them to be over first (LongJobs.wait_over).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .harness import Norm, Side, compare, intentional, on_both
+
+pytestmark = pytest.mark.realslurm
+
+TIMEOUT_SCRIPT = """#!/bin/bash
+echo start
+srun sleep 300
+echo "not reached"
+"""
+SIGNAL_SCRIPT = """#!/bin/bash
+trap 'echo "got USR1"; date +%s.%N > usr1.txt' USR1
+date +%s.%N > start.txt
+echo start
+while true; do sleep 1; done
+"""
+REQUEUE_SCRIPT = """#!/bin/bash
+echo "run ${SLURM_RESTART_COUNT-unset}" >> restarts.txt
+echo "output of run ${SLURM_RESTART_COUNT-unset}"
+[ -n "$SLURM_RESTART_COUNT" ] && exit 0
+sleep 300
+"""
+
+
+@dataclass
+class LongJobs:
+    side: Side
+    jobs: dict[str, tuple[int, Path]] = field(default_factory=dict)
+    started: float = 0.0
+    requeue_seen: dict = field(default_factory=dict)
+
+    def wait_over(self, timeout: float = 180) -> None:
+        for name in ("timeout", "signal"):
+            job_id, wd = self.jobs[name]
+            self.side.wait_done(job_id, wd, timeout)
+
+
+def start_long_jobs(side: Side) -> LongJobs:
+    """Submit the TIMEOUT and --signal jobs (node2), and run the requeue case to its end (node1)."""
+    long = LongJobs(side, started=time.time())
+    for name, args, script in (
+        ("timeout", ["--time=1", "-w", "node2"], TIMEOUT_SCRIPT),
+        ("signal", ["--time=1", "--signal=B:USR1@50", "-w", "node2"], SIGNAL_SCRIPT),
+    ):
+        wd = side.workdir(f"long-{name}")
+        long.jobs[name] = (side.sbatch(["-o", "out.txt", *args], wd, script), wd)
+    wd = side.workdir("long-requeue")
+    job_id = side.sbatch(["-o", "out.txt", "-w", "node1"], wd, REQUEUE_SCRIPT)
+    long.jobs["requeue"] = (job_id, wd)
+    side.wait_state(job_id, wd, {"RUNNING"})
+    _wait_for(wd / "restarts.txt", "run unset")
+    requeue = side.run(["scontrol", "requeue", str(job_id)], wd)
+    side.wait_state(job_id, wd, {"PENDING"}, timeout=30)
+    held = side.ok(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], wd).stdout.strip()
+    eligible = side.scontrol_job(job_id, wd)["EligibleTime"]
+    delay = time.mktime(time.strptime(eligible, "%Y-%m-%dT%H:%M:%S")) - time.time() if eligible[:1].isdigit() else 0
+    # a real Slurm holds a requeued job for about two minutes (see INTENTIONAL["requeue_delay"])
+    side.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], wd)
+    side.wait_done(job_id, wd, timeout=60)
+    long.requeue_seen = {"scontrol requeue": (requeue.rc, requeue.stdout, requeue.stderr),
+                         "right after the requeue": held, "eligible in (s)": delay}
+    return long
+
+
+def _wait_for(path: Path, text: str, timeout: float = 30) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never showed {text!r}")
+
+
+def _rows(side: Side, norm: Norm, job_id: int, wd: Path) -> list[str]:
+    res = side.ok(["sacct", "-P", "-n", "-j", str(job_id), "--format", "JobID,State,ExitCode"], wd)
+    return [norm.job(line) for line in res.stdout.splitlines()]
+
+
+def _scontrol(side: Side, job_id: int, wd: Path) -> dict[str, str]:
+    info = side.scontrol_job(job_id, wd)
+    return {k: info[k] for k in ("JobState", "Reason", "ExitCode", "Restarts", "TimeLimit")}
+
+
+def _elapsed(side: Side, job_id: int, wd: Path) -> int:
+    out = side.ok(["sacct", "-n", "-X", "-P", "-j", str(job_id), "--format", "ElapsedRaw"], wd).stdout.split()
+    return int(out[0])
+
+
+def collect(long: LongJobs, name: str) -> dict:
+    job_id, wd = long.jobs[name]
+    side = long.side
+    side.wait_done(job_id, wd, timeout=200)
+    norm = Norm(side, [wd], [job_id])
+    # srun's and slurmstepd's messages reach the output in no fixed order: compared sorted
+    out = {"sacct": _rows(side, norm, job_id, wd), "scontrol": _scontrol(side, job_id, wd),
+           "output": sorted(norm.text((wd / "out.txt").read_text()).splitlines()),
+           "elapsed": _elapsed(side, job_id, wd)}
+    if name == "signal" and (wd / "usr1.txt").exists():
+        out["usr1 after (s)"] = float((wd / "usr1.txt").read_text()) - float((wd / "start.txt").read_text())
+    if name == "requeue":
+        out["restarts.txt"] = (wd / "restarts.txt").read_text()
+        out.update(long.requeue_seen)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(long_jobs) -> dict[str, dict]:
+    if long_jobs is None:
+        pytest.skip("the long jobs were not started (run test_9_long.py with the session)")
+    got = {}
+    for name in ("requeue", "timeout", "signal"):
+        got[name] = {side: collect(long, name) for side, long in long_jobs.items()}
+    return got
+
+
+def test_timeout(results) -> None:
+    loc, rea = results["timeout"]["local"], results["timeout"]["real"]
+    errors = []
+    for aspect in ("sacct", "scontrol", "output"):
+        try:
+            compare(f"long: --time=1 exceeded [{aspect}]", loc[aspect], rea[aspect])
+        except AssertionError as err:
+            errors.append(str(err))
+    intentional("long: --time=1 exceeded [seconds until killed]", "timelimit_latency",
+                60 <= loc["elapsed"] <= 64, 60 <= rea["elapsed"] <= 100, True, True)
+    assert not errors, "\n\n".join(errors)
+
+
+def test_signal_before_time_limit(results) -> None:
+    loc, rea = results["signal"]["local"], results["signal"]["real"]
+    errors = []
+    for aspect in ("sacct", "scontrol", "output"):
+        try:
+            compare(f"long: --signal=B:USR1@50 trapped [{aspect}]", loc[aspect], rea[aspect])
+        except AssertionError as err:
+            errors.append(str(err))
+    assert "usr1 after (s)" in loc and "usr1 after (s)" in rea, "USR1 never reached a batch shell"
+    intentional("long: --signal=B:USR1@50 [seconds after start]", "signal_latency",
+                9 <= loc["usr1 after (s)"] <= 13, 9 <= rea["usr1 after (s)"] <= 45, True, True)
+    assert not errors, "\n\n".join(errors)
+
+
+def test_requeue_restart_count(results) -> None:
+    loc, rea = results["requeue"]["local"], results["requeue"]["real"]
+    errors = []
+    for aspect in ("scontrol requeue", "right after the requeue", "restarts.txt", "sacct", "scontrol", "output"):
+        try:
+            compare(f"long: scontrol requeue [{aspect}]", loc[aspect], rea[aspect])
+        except AssertionError as err:
+            errors.append(str(err))
+    intentional("long: scontrol requeue [hold before the rerun]", "requeue_delay",
+                loc["eligible in (s)"] <= 3, rea["eligible in (s)"] >= 60, True, True)
+    assert not errors, "\n\n".join(errors)
+
+
+def test_cluster_after_the_long_jobs(sides, long_jobs) -> None:
+    """With every job over, both clusters look the same again (no leftovers, all nodes idle)."""
+    if long_jobs:
+        for long in long_jobs.values():
+            long.wait_over()
+
+    def one(side: Side) -> dict:
+        wd = side.workdir("after-long")
+        end = time.time() + 30
+        while time.time() < end and side.ok(["squeue", "-h"], wd).stdout.strip():
+            time.sleep(0.5)
+        return {"squeue": side.ok(["squeue"], wd).stdout, "sinfo": side.ok(["sinfo"], wd).stdout}
+
+    got = on_both(sides, one)
+    compare("long: cluster idle afterwards [squeue]", got["local"]["squeue"], got["real"]["squeue"])
+    compare("long: cluster idle afterwards [sinfo]", got["local"]["sinfo"], got["real"]["sinfo"])
