@@ -454,6 +454,8 @@ def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: st
     Default sizes: 16 ... 256 on a CPU (time, not memory, is the limit there); on a GPU the
     batch doubles from 64 until the GPU runs out of memory or ``max_batch`` (default 2**20).
     An out-of-memory error is caught, reported as a row with status ``OOM``, and ends the sweep.
+    Another error at a size after one that worked (e.g. a kernel that cannot index more than
+    2**31 elements) ends it too, as a ``failed`` row with the message; at the first size it is raised.
     """
     import gc
 
@@ -471,17 +473,17 @@ def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: st
         try:
             rows.append(measure_step(c, dev=dev, seconds=seconds, experiment="batch_size"))
         except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is a RuntimeError
-            if not _is_oom(exc):
+            if not _is_oom(exc) and not rows:
                 raise
             failed = exc
         if failed is not None:
-            message = str(failed).splitlines()[0][:160]
+            oom, message = _is_oom(failed), str(failed).splitlines()[0][:160]
             failed = None
             gc.collect()
             if dev == "cuda":
                 torch.cuda.empty_cache()
-            rows.append(_row("batch_size", str(size), "step", c, dev, status="OOM",
-                             note=f"out of memory at batch {size}: {message}"))
+            rows.append(_row("batch_size", str(size), "step", c, dev, status="OOM" if oom else "failed",
+                             note=f"{'out of memory' if oom else 'failed'} at batch {size}: {message}"))
             break
     return rows
 

@@ -144,12 +144,21 @@ def test_batch_sweep_stops_at_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_other_errors_are_not_mistaken_for_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tu._measure_step
+
     def broken(cfg, **kw):
-        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+        if cfg.batch_size == 4:
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+        if cfg.batch_size > 8:
+            raise RuntimeError("input tensor must fit into 32-bit index math")
+        return real(cfg, **kw)
 
     monkeypatch.setattr(tu, "_measure_step", broken)
-    with pytest.raises(RuntimeError, match="shapes"):
+    with pytest.raises(RuntimeError, match="shapes"):  # at the first size: a real error, raised
         tu.sweep_batch_size(tu.Config(), sizes=[4], dev="cpu")
+    rows = tu.sweep_batch_size(tu.Config(), sizes=[8, 16, 32], dev="cpu", seconds=0.01)
+    assert [r["status"] for r in rows] == ["ok", "failed"]
+    assert "32-bit index math" in rows[-1]["note"]
 
 
 def test_profile_split_and_ops() -> None:
@@ -246,3 +255,15 @@ def test_markdown_table_and_plot() -> None:
             + _rows(5, 6, experiment="num_workers") + _rows(5, 9, experiment="before_after"))
     fig = tu.plot_tuning(rows)
     assert len(fig.axes) == 3
+
+
+@pytest.mark.slow
+def test_compile_measures_eager_and_compiled_when_it_fits_the_budget() -> None:
+    ok, why = tu.compile_available()
+    if not ok:
+        pytest.skip(why)
+    ds = tu.SyntheticImages(n=64, work=0)
+    rows = tu.measure_compile(tu.Config(batch_size=16, threads=1), ds, dev="cpu", epochs=1, budget_s=400)
+    assert [r["setting"] for r in rows] == ["eager", "compiled"], rows
+    assert all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in rows)
+    assert rows[1]["compile"] is True and "compiling took" in rows[1]["note"]
