@@ -21,15 +21,16 @@ args = parser.parse_args()
 
 # One process per device, on every node: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE;
 # under srun (one task per device) Slurm's own variables say the same
-rank = int(os.environ.get("RANK", os.environ["SLURM_PROCID"]))
-local_rank = int(os.environ.get("LOCAL_RANK", os.environ["SLURM_LOCALID"]))
-world_size = int(os.environ.get("WORLD_SIZE", os.environ["SLURM_NTASKS"]))
+rank = int(os.environ.get("RANK") or os.environ["SLURM_PROCID"])
+local_rank = int(os.environ.get("LOCAL_RANK") or os.environ["SLURM_LOCALID"])
+world_size = int(os.environ.get("WORLD_SIZE") or os.environ["SLURM_NTASKS"])
 # Rank 0 listens on the job's first node, on a port derived from the job id (torchrun sets both)
 if "MASTER_ADDR" not in os.environ:
     nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
                            capture_output=True, text=True, check=True).stdout.split()
     os.environ["MASTER_ADDR"] = nodes[0]
-os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000))
+if "MASTER_PORT" not in os.environ:
+    os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000)
 backend = "nccl" if torch.cuda.is_available() else "gloo"
 dist.init_process_group(backend, rank=rank, world_size=world_size)
 
@@ -63,4 +64,5 @@ if rank == 0:  # only rank 0 writes: every rank holds the same weights
                          nodes=sorted(set(hosts)), hosts=hosts, backend=backend,
                          launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "srun")
     print(f"trained in {seconds:.2f} s", flush=True)
+dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
 dist.destroy_process_group()
