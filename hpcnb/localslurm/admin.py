@@ -154,7 +154,8 @@ def _mend_header(copy: Path, scratch: Path) -> None:
     and a truncated file is padded to the size its header records (lost pages read as empty)."""
     data = bytearray(copy.read_bytes()[:100])
     size = copy.stat().st_size
-    if size == 0:
+    wal = Path(f"{copy}-wal")
+    if size == 0 and not (wal.exists() and wal.stat().st_size > 32):
         return
     if len(data) < 100 or not data.startswith(b"SQLite format 3\0"):
         template = scratch / "template.db"
@@ -162,6 +163,10 @@ def _mend_header(copy: Path, scratch: Path) -> None:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(db.SCHEMA)
         conn.close()
+        if size == 0:  # emptied, but its journal (WAL) may hold everything: give it a WAL-mode page 1
+            page_one = template.read_bytes()[:int.from_bytes(template.read_bytes()[16:18], "big")]
+            copy.write_bytes(page_one[:28] + (1).to_bytes(4, "big") + page_one[32:])
+            return
         header = bytearray(template.read_bytes()[:100])
         page = int.from_bytes(header[16:18], "big") or 65536
         header[28:32] = (max(size // page, 1)).to_bytes(4, "big")  # database size in pages
