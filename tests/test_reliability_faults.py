@@ -432,3 +432,19 @@ def test_full_disk_under_the_state_gives_a_clear_error_and_loses_nothing(tmp_pat
     finally:
         slurm.stop_everything()
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_emptied_state_file_is_rebuilt_from_its_journal(slurm: Slurm, tmp_path: Path) -> None:
+    """The controller is SIGKILLed (its write-ahead journal is never checkpointed) and the main
+    file is then emptied: everything still in the journal is salvaged."""
+    held = [slurm.submit("--hold", "-J", f"h{i}", "--wrap", "echo held") for i in range(5)]
+    kill9(slurm.wait_controller())
+    db_file = slurm.state / "slurm.db"
+    assert Path(f"{db_file}-wal").stat().st_size > 32
+    db_file.write_bytes(b"")
+    assert slurm.run("squeue").returncode == 1
+    report = slurm.admin("recover").stdout
+    assert "salvaged 5 job record(s)" in report and "LOST" not in report, report
+    assert slurm.db_states() == {job: "PENDING" for job in held}
+    assert slurm.run("scontrol", "release", str(held[0])).returncode == 0
+    assert slurm.wait_final([held[0]]) == {held[0]: "COMPLETED"}
