@@ -167,6 +167,22 @@ def tree_rss(procs: Iterable[psutil.Process]) -> int:
     return total
 
 
+def rss_by_step_node(procs: Iterable[psutil.Process], batch_node: str) -> dict[tuple[str, str], int]:
+    """RSS per (step, node): srun tasks carry SLURM_STEP_ID and SLURMD_NODENAME in their environment;
+    every other process of the job (the batch shell, srun itself) is the batch step's, on its node."""
+    usage: dict[tuple[str, str], int] = {}
+    for proc in procs:
+        try:
+            rss = proc.memory_info().rss
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        step = env.get("SLURM_STEP_ID")
+        key = (step, env.get("SLURMD_NODENAME", batch_node)) if step is not None else ("batch", batch_node)
+        usage[key] = usage.get(key, 0) + rss
+    return usage
+
+
 def job_processes(job_id: int, state_dir: str) -> list[psutil.Process]:
     """Every process of this user carrying the job's marker in its environment (fallback cleanup)."""
     found = []

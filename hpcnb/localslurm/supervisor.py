@@ -121,10 +121,10 @@ class Supervisor:
         warn_at = None
         if req.get("signal") and deadline is not None:
             warn_at = deadline - req["signal"][2]
-        mem_mb = sum(p["mem"] for p in job["alloc"])
-        if not mem_mb:  # --mem=0: all of each node's memory, as with Slurm
-            mem_mb = sum(self.cluster.nodes[p["node"]].memory_mb for p in job["alloc"])
-        mem_limit = mem_mb * 1024 * 1024
+        # each step is held to the job's memory on each of its nodes (the batch step: the first node's),
+        # as a real Slurm 22.05 does; --mem=0: all of the node's memory
+        node_limit = {p["node"]: (p["mem"] or self.cluster.nodes[p["node"]].memory_mb) * 1024 * 1024
+                      for p in job["alloc"]}
         max_rss = 0
         verdict: Outcome | None = None
         next_poll = 0.0
@@ -139,12 +139,15 @@ class Supervisor:
                 continue
             if now >= next_poll:
                 next_poll = now + MEM_POLL_S
-                rss = procs.tree_rss(procs.descendants())
-                max_rss = max(max_rss, rss)
-                if rss > mem_limit and verdict is None:
-                    self._say(f"error: StepId={job['id']}.batch exceeded memory limit ({rss} > {mem_limit}), being killed")
+                usage = procs.rss_by_step_node(procs.descendants(), self.node)
+                max_rss = max(max_rss, sum(usage.values()))
+                over = [(key, rss) for key, rss in usage.items() if rss > node_limit.get(key[1], 0)]
+                if over and verdict is None:
+                    (step, node), rss = over[0]
+                    limit = node_limit.get(node, 0)
+                    self._say(f"error: StepId={job['id']}.{step} exceeded memory limit ({rss} > {limit}), being killed")
                     self._say(
-                        f"error: Detected 1 oom-kill event(s) in StepId={job['id']}.batch. "
+                        f"error: Detected 1 oom-kill event(s) in StepId={job['id']}.{step}. "
                         "Some of your processes may have been killed by the cgroup out-of-memory handler."
                     )
                     verdict = Outcome("OUT_OF_MEMORY", 0, 125, "OUT_OF_MEMORY", 0, 125)
