@@ -89,6 +89,7 @@ def train(guard: SignalGuard, argv: list[str] | None) -> int:
         with torch.no_grad():
             return torch.nn.functional.cross_entropy(model(eval_x), eval_y).item()
 
+    warned_before_start = guard.triggered  # a signal during start-up (imports, restore)
     for step in range(start, stop):
         began = time.monotonic()
         bg = torch.Generator().manual_seed(1000 + step)  # batch `step` is always the same batch
@@ -104,6 +105,13 @@ def train(guard: SignalGuard, argv: list[str] | None) -> int:
             time.sleep(rest)
         if guard.triggered:
             ck.save(done, model, opt)
+            if guard.should_requeue and warned_before_start:
+                # The warning came before this run had started training: start-up took longer than
+                # the time the job has before its warning. Requeueing would only repeat that.
+                print(f"{guard.signal} arrived before the first step of this run: the job's time limit "
+                      f"leaves too little time after start-up; not requeueing (give it a longer --time)",
+                      flush=True)
+                guard.finish(requeue=False)
             then = "asking Slurm to requeue the job" if guard.should_requeue else "exiting"
             print(f"{guard.signal} after step {done}: checkpoint saved, {then}", flush=True)
             guard.finish()
