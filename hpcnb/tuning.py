@@ -16,7 +16,8 @@ The helpers return **tidy rows** (one dict per measured configuration, columns
   batch until the GPU runs out of memory (the OOM is caught and reported).
 * :func:`profile_split` / :func:`profile_ops` — where the time goes: data loading alone vs
   the model step alone vs the training loop, and the top operators from ``torch.profiler``.
-* :func:`sweep_workers`, :func:`compare_loader_options` (``persistent_workers``,
+* :func:`sweep_workers`, :func:`sweep_threads` (intra-op threads of the training process),
+  :func:`compare_loader_options` (``persistent_workers``,
   ``prefetch_factor``, ``pin_memory`` on a GPU), :func:`compare_precision` (bf16 autocast on
   CPU; fp16 and bf16 on a GPU) — full training loops, one row per setting.
 * :func:`measure_compile` — ``torch.compile`` in a separate process under a time budget,
@@ -294,10 +295,13 @@ class _Trainer:
         self.forward = torch.compile(self.model, dynamic=False) if cfg.compile else self.model
 
     def step(self, x, y):
+        import contextlib
+
         import torch
         import torch.nn.functional as F
 
-        with torch.autocast(device_type=self.dev, dtype=self.amp or torch.float32, enabled=self.amp is not None):
+        amp = torch.autocast(device_type=self.dev, dtype=self.amp) if self.amp else contextlib.nullcontext()
+        with amp:
             loss = F.cross_entropy(self.forward(x), y)
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is not None:
@@ -350,8 +354,8 @@ def _measure_step(cfg: Config, *, dev: str | None = None, seconds: float = 0.3, 
                 seconds=elapsed, samples_per_s=samples / elapsed, peak_mem_mb=peak)
 
 
-def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int = 2, warmup: int = 2,
-                  max_seconds: float | None = 2.5, experiment: str = "loop", setting: str = "",
+def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int = 2, warmup: int = 1,
+                  max_seconds: float | None = 2.0, experiment: str = "loop", setting: str = "",
                   trainer: _Trainer | None = None) -> dict[str, Any]:
     import torch
 
@@ -409,8 +413,8 @@ def measure_loop(cfg: Config, dataset, **kw: Any) -> dict[str, Any]:
 
     The clock runs from creating the DataLoader to the last optimizer step, so worker start-up
     (once per epoch unless ``persistent_workers``) counts, as it does in real training.
-    A slow configuration stops after ``max_seconds`` (2.5 s; ``None``: never), with a note.
-    Keywords: ``dev``, ``epochs``, ``warmup`` (steps on a synthetic batch first, 2),
+    A slow configuration stops after ``max_seconds`` (2 s; ``None``: never), with a note.
+    Keywords: ``dev``, ``epochs``, ``warmup`` (steps on a synthetic batch first, 1),
     ``max_seconds``, ``experiment``, ``setting``.
     """
     return _with_threads(_measure_loop, cfg, dataset, **kw)
@@ -423,7 +427,7 @@ def profile_split(cfg: Config, dataset, **kw: Any) -> list[dict[str, Any]]:
     training; ``model step only`` trains on one batch already on the device; ``training loop``
     does both, as training does. ``seconds`` is per batch. With ``num_workers=0`` the loop
     takes about the sum of the two; with workers, loading overlaps the step.
-    Keywords: ``dev``, ``batches`` (8).
+    Keywords: ``dev``, ``batches`` (6), ``max_seconds`` (1.5: a part stops after this long).
     """
     return _with_threads(_profile_split, cfg, dataset, **kw)
 
@@ -434,8 +438,9 @@ def profile_ops(cfg: Config, dataset, **kw: Any) -> list[dict[str, Any]]:
     Returns ``{"name", "calls", "self_ms", "share"}`` rows sorted by self time (CPU time, or
     GPU time on a GPU), after the two labelled ranges ``[data]`` (loading a batch) and
     ``[step]`` (the model step). Keywords: ``dev``, ``steps`` (3), ``top`` (8), ``max_batch``
-    (64): the profiler keeps every operator call in memory (kilobytes each) and the dataset
-    makes dozens of calls per sample, so larger batches are profiled at this size.
+    (16): the profiler keeps every operator call (kilobytes of memory and tens of microseconds
+    of Python each to summarise) and the dataset makes hundreds of calls per sample, so larger
+    batches are profiled at this size.
     """
     return _with_threads(_profile_ops, cfg, dataset, **kw)
 
@@ -518,49 +523,50 @@ def best_config(rows: Iterable[Mapping[str, Any]], min_gain: float = 0.05) -> Co
     return Config.from_row(best)
 
 
-def _profile_split(cfg: Config, dataset, *, dev: str | None = None, batches: int = 8) -> list[dict[str, Any]]:
+def _profile_split(cfg: Config, dataset, *, dev: str | None = None, batches: int = 6,
+                   max_seconds: float = 1.5) -> list[dict[str, Any]]:
     dev = dev or device()
     trainer = _Trainer(cfg, dev, size=dataset.size, classes=dataset.classes)
     n = min(batches, len(dataset) // cfg.batch_size)
     if n < 1:
         raise ValueError("dataset smaller than one batch")
 
-    def timed(fn) -> float:
+    def timed(batches_of) -> tuple[float, int]:
+        """Seconds per batch over up to ``n`` batches (fewer once ``max_seconds`` have passed)."""
         _sync(dev)
-        start = time.perf_counter()
-        fn()
-        _sync(dev)
-        return (time.perf_counter() - start) / n
-
-    def load_only():
-        for i, _ in enumerate(make_loader(dataset, cfg)):
-            if i + 1 == n:
+        start, done = time.perf_counter(), 0
+        for _ in batches_of():
+            done += 1
+            if done == n or time.perf_counter() - start > max_seconds:
                 break
+        _sync(dev)
+        return (time.perf_counter() - start) / done, done
 
     x, y = trainer.to_device(*next(iter(make_loader(dataset, cfg.replace(num_workers=0)))))
     for _ in range(2):
         trainer.step(x, y)
 
+    def load_only():
+        yield from make_loader(dataset, cfg)
+
     def step_only():
-        for _ in range(n):
-            trainer.step(x, y)
+        while True:
+            yield trainer.step(x, y)
 
     def loop():
-        for i, (xb, yb) in enumerate(make_loader(dataset, cfg)):
-            trainer.step(*trainer.to_device(xb, yb))
-            if i + 1 == n:
-                break
+        for xb, yb in make_loader(dataset, cfg):
+            yield trainer.step(*trainer.to_device(xb, yb))
 
     parts = {"data loading only": timed(load_only), "model step only": timed(step_only),
              "training loop": timed(loop)}
-    total = parts["training loop"]
-    return [_row("profile", name, "profile", cfg, dev, samples=n * cfg.batch_size, seconds=sec,
+    total = parts["training loop"][0]
+    return [_row("profile", name, "profile", cfg, dev, samples=done * cfg.batch_size, seconds=sec,
                  samples_per_s=cfg.batch_size / sec, note=f"{100 * sec / total:.0f}% of a loop step")
-            for name, sec in parts.items()]
+            for name, (sec, done) in parts.items()]
 
 
 def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3, top: int = 8,
-                 max_batch: int | None = 64) -> list[dict[str, Any]]:
+                 max_batch: int | None = 16) -> list[dict[str, Any]]:
     if max_batch and cfg.batch_size > max_batch:
         cfg = cfg.replace(batch_size=max_batch)
     from torch.profiler import ProfilerActivity, profile, record_function

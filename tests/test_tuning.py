@@ -107,9 +107,16 @@ def test_measure_step_and_loop_return_positive_throughput() -> None:
     assert step["threads"] == 1 and step["measure"] == "step"
     ds = tu.SyntheticImages(n=40, work=1)
     loop = tu.measure_loop(tu.Config(batch_size=8, num_workers=1, persistent_workers=True), ds,
-                           dev="cpu", epochs=2, setting="x")
+                           dev="cpu", epochs=2, setting="x", max_seconds=None)
     assert loop["samples"] == 80 and loop["seconds"] > 0 and loop["samples_per_s"] > 0
     assert loop["num_workers"] == 1 and loop["setting"] == "x"
+
+
+def test_a_slow_loop_stops_at_max_seconds_with_a_note() -> None:
+    ds = tu.SyntheticImages(n=64, work=1)
+    row = tu.measure_loop(tu.Config(batch_size=4), ds, dev="cpu", epochs=50, max_seconds=0.05)
+    assert 0 < row["samples"] < 50 * 64 and row["samples"] % 4 == 0
+    assert row["note"] == "stopped after 0.05 s" and row["samples_per_s"] > 0
 
 
 def test_threads_setting_is_restored_after_a_measurement() -> None:
