@@ -250,7 +250,8 @@ def test_horovod_gloo_matches_ddp(workdir: Path) -> None:
     script = (f"export PATH={Path(py).parent}:$PATH; {hosts}"
               f"horovodrun --gloo -np $SLURM_NTASKS -H ${{H%,}} {py} -m hpcnb.scripts.horovod_train "
               "--batch-per-worker 32 --base-lr 0.025 --out hvd")
-    out = _job(["-N2", "--ntasks-per-node=2", "--wrap", script], workdir)
+    # horovodrun starts every worker itself, inside the batch step: give that node the memory
+    out = _job(["-N2", "--ntasks-per-node=2", "--mem=3G", "--wrap", script], workdir)
     hvd = training.load_result(workdir / "hvd")
     assert hvd["world_size"] == 4 and hvd["lr"] == pytest.approx(0.1) and hvd["batch"] == 128, out
     assert sorted(hvd["hosts"]) == ["node1", "node1", "node2", "node2"], out
