@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             compute.append(t1 - t0)
             wait.append(t2 - t1)
             if not args.quiet:
-                print(step_line(rank, step, host, compute_s=t1 - t0, wait_s=t2 - t1), flush=True)
+                # one write per line: the ranks share the output file, and a line written in two
+                # pieces (text, then newline) can be split by another rank's line
+                sys.stdout.write(step_line(rank, step, host, compute_s=t1 - t0, wait_s=t2 - t1) + "\n")
+                sys.stdout.flush()
 
     gathered = gather_step_times({"compute_s": compute, "wait_s": wait}, host=host)
     if rank == 0:
