@@ -410,13 +410,14 @@ def test_full_disk_under_the_state_gives_a_clear_error_and_loses_nothing(tmp_pat
         done = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", "echo ok", cwd=tmp_path) for _ in range(3)]
         assert set(slurm.wait_final(done).values()) == {"COMPLETED"}
         filler = disk / "filler"
-        with open(filler, "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)  # unbuffered: nothing left to flush when the disk is full
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
         refused = [slurm.run("sbatch", "--wrap", "true", cwd=tmp_path) for _ in range(3)]
         for result in refused:
             assert result.returncode == 1, result
