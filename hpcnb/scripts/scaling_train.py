@@ -47,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     from hpcnb.distributed import init_process_group
     from hpcnb.scaling import global_batch, lr_scaling
 
+    imported = time.time() - psutil.Process().create_time()
     torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
     world = init_process_group()
+    connected = time.time() - psutil.Process().create_time()
     rank, tasks = world.rank, world.world_size
     if args.kind == "strong":
         if args.batch % tasks:
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)
         print(f"SCALING kind={args.kind} tasks={tasks} nodes={nodes} seconds={seconds:.4f} samples={samples} "
               f"global_batch={gbatch} per_task_batch={per_task} lr={lr:g} loss={loss:.6f} "
-              f"startup_s={startup:.2f} job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
+              f"startup_s={startup:.2f} import_s={imported:.2f} connect_s={connected - imported:.2f} "
+              f"job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
     dist.destroy_process_group()
     return 0
 
