@@ -222,7 +222,7 @@ def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
     from hpcnb import training
     from hpcnb.jobs import submit
 
-    job = submit(wrap=f"srun {sys.executable} -m hpcnb.scripts.lightning_train --devices 2 --epochs 2 --requeue "
+    job = submit(wrap=f"srun {sys.executable} -m hpcnb.scripts.lightning_train --devices 2 --epochs 3 --requeue "
                       "--root ckpt --step-seconds 0.1 --out rq",
                  nodes=1, ntasks_per_node=2, time="3:00", signal="SIGUSR1@90", requeue=True,
                  open_mode="append", output="rq-%j.out")
