@@ -152,6 +152,7 @@ class Controller:
         self.sock = self._bind()
         self.last_busy = time.time()
         self.started_at = time.time()
+        self.db_inode = os.stat(paths.db_path()).st_ino
         self.errors: dict[str, int] = {}
 
     @staticmethod
@@ -201,6 +202,8 @@ class Controller:
                     next_pass = min(now + RESCHEDULE_S, self._next_begin(now))
                 if now >= next_check:
                     next_check = now + CHECK_EVERY_S
+                    if self._orphaned():
+                        return
                     busy, changed = self._check_liveness()
                     if changed:
                         next_pass = 0.0
@@ -225,6 +228,17 @@ class Controller:
             if ready:
                 self._drain()
                 next_pass = 0.0
+
+    def _orphaned(self) -> bool:
+        """Our state file was deleted or replaced (``hpcnb slurm reset``/``recover``, a removed state
+        directory): leave, or we would schedule from a file nobody else can see, forever."""
+        try:
+            if os.stat(paths.db_path()).st_ino == self.db_inode:
+                return False
+        except OSError:
+            pass
+        log("controller: the state file was removed or replaced; leaving")
+        return True
 
     def _next_begin(self, now: float) -> float:
         """When the next pending job's begin time (a requeue's, say) comes; infinity if none."""
@@ -317,7 +331,8 @@ class Controller:
             "SELECT id, kind, state, start_time, supervisor_pid, supervisor_ctime, batch_pid FROM jobs "
             "WHERE state='RUNNING' OR (state='PENDING' AND kind!='batch')"
         ).fetchall()
-        busy = bool(rows) or bool(self.conn.execute("SELECT 1 FROM jobs WHERE state='PENDING' LIMIT 1").fetchone())
+        busy = bool(rows) or bool(self.conn.execute(  # held jobs alone need no controller: release pokes one
+            "SELECT 1 FROM jobs WHERE state='PENDING' AND held=0 LIMIT 1").fetchone())
         now = time.time()
         changed = False
         for job in map(dict, rows):
