@@ -449,3 +449,11 @@ def test_emptied_state_file_is_rebuilt_from_its_journal(slurm: Slurm, tmp_path: 
     assert slurm.db_states() == {job: "PENDING" for job in held}
     assert slurm.run("scontrol", "release", str(held[0])).returncode == 0
     assert slurm.wait_final([held[0]]) == {held[0]: "COMPLETED"}
+
+
+def test_controller_leaves_when_its_state_directory_is_removed(slurm: Slurm) -> None:
+    """No controller lives on for a state nobody can see (a deleted temporary state dir, say)."""
+    slurm.submit("--hold", "--wrap", "true")
+    controller = slurm.wait_controller()
+    shutil.rmtree(slurm.state)
+    assert not wait_gone([controller], 10), "the controller outlived its state directory"
