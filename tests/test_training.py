@@ -227,7 +227,8 @@ def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
                  nodes=1, ntasks_per_node=2, time="3:00", signal="SIGUSR1@90", requeue=True,
                  open_mode="append", output="rq-%j.out")
     deadline = time.monotonic() + 240
-    while "epoch 1 starts" not in job.tail(100):
+    log = workdir / f"rq-{job.id}.out"
+    while not (log.exists() and "epoch 1 starts" in log.read_text()):
         assert not job.done, job.tail()
         assert time.monotonic() < deadline, job.tail()
         time.sleep(0.2)
@@ -235,8 +236,8 @@ def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
     assert job.wait(timeout=240, quiet=True) == "COMPLETED", job.tail(100)
     result = training.load_result(workdir / "rq")
     assert result["restarts"] == 1 and result["resumed_from"] == "hpc_ckpt_1.ckpt", result
-    log = job.output_path.read_text()
-    assert "Handling auto-requeue signal" in log and "Restoring states" in log, log
+    text = log.read_text()
+    assert "Handling auto-requeue signal" in text and "Restoring states" in text, text
 
 
 @needs_torch
