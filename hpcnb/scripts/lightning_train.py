@@ -102,3 +102,9 @@ if trainer.is_global_zero:  # only rank 0 writes: every rank holds the same weig
                          resumed_from=os.path.basename(trainer.ckpt_path or "") or None,
                          restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)))
     print(f"trained in {timer.seconds:.2f} s; final loss {training.full_loss(model.net, data):.4f}", flush=True)
+
+# Leave together, and close the process group before Python exits: a gloo process group still
+# open at exit (or a partner that already left) can abort the process ("terminate called ...").
+trainer.strategy.barrier()
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
