@@ -3,7 +3,7 @@
 Success, failure, a signal death, failing steps, --mem exceeded (intentionally different),
 scancel of a pending and of a running job, dependencies (satisfied and never satisfied), an array
 with a % throttle. TIMEOUT, --signal and requeue take minutes on the real Slurm and live in
-test_9_long.py.
+cases_9_long.py.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 from .harness import Norm, Side, compare, intentional, on_both
 
-pytestmark = pytest.mark.realslurm
 
 SCONTROL_KEYS = ("JobState", "Reason", "Dependency", "Requeue", "Restarts", "BatchFlag", "ExitCode")
 
@@ -144,7 +143,7 @@ def test_scancel_pending(sides) -> None:
 def test_scancel_running(sides) -> None:
     def one(side: Side) -> dict:
         wd = side.workdir("state-scancel-running")
-        job_id = side.sbatch(["-o", "out.txt"], wd, "#!/bin/bash\necho started\nsleep 300\n")
+        job_id = side.sbatch(["-o", "out.txt"], wd, "#!/bin/bash\necho started\nexec sleep 300\n")
         norm = Norm(side, [wd], [job_id])
         side.wait_state(job_id, wd, {"RUNNING"})
         _wait_for_text(wd / "out.txt", "started")

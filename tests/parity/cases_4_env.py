@@ -11,7 +11,6 @@ import pytest
 
 from .harness import Norm, Side, compare, intentional, on_both, parse_env0
 
-pytestmark = pytest.mark.realslurm
 
 TASK = "bash -c 'env -0 > task_${SLURM_PROCID}.env0'"
 BATCH = "#!/bin/bash\nenv -0 > batch${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}.env0\n"

@@ -16,7 +16,6 @@ import pytest
 
 from .harness import JOBS, Norm, Side, compare, on_both, python
 
-pytestmark = [pytest.mark.realslurm, pytest.mark.slow]
 
 LESSONS = {
     "ddp-gloo": ("ddp_gloo.sh", ("ddp_gloo.py", "free_port.py")),
@@ -58,8 +57,9 @@ def run_lesson(side: Side, name: str) -> dict:
     return {"state": list(states.values()), "sacct": [norm.job(r) for r in rows], "output": lines, "raw": text}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(LESSONS))
-def test_lesson_job(sides, name: str) -> None:
+def test_lesson_job(sides, requeue_case, name: str) -> None:
     _needs(name)
     got = on_both(sides, lambda side: run_lesson(side, name))
     loc, rea = got["local"], got["real"]

@@ -1,13 +1,18 @@
 """The slow cases: TIMEOUT, --signal=B:USR1@N, and requeue (SLURM_RESTART_COUNT in the rerun).
 
 A real slurmctld checks time limits every 30 s, so a --time=1 job ends 60-90 s after it starts.
-These jobs are submitted on both sides when the session starts (conftest.long_jobs, calling
-start_long_jobs below) and run on node2 while the other cases use node1 (and 2-node cases wait);
-the tests here, run last, collect the results. Tests that show the whole cluster's state wait
-for them to be over first (LongJobs.wait_over).
+These two jobs are submitted on both sides when the session starts (conftest.long_jobs, calling
+start_long_jobs below) and run on node2 while the other cases use node1 (and 2-node cases wait).
+A real slurmctld holds a requeued job for about two minutes (its credential must expire first:
+releasing it sooner gets it killed as "non-startable"), so the requeue case is started just
+before the lesson jobs (conftest.requeue_case, calling start_requeue), whose 4-CPU jobs cannot
+be placed differently because of its short rerun. Threads collect each job's results as soon as
+it ends; the tests here, run last, compare them. Tests that show the whole cluster's state wait
+for the first two to be over (LongJobs.wait_over).
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +21,13 @@ import pytest
 
 from .harness import Norm, Side, compare, intentional, on_both
 
-pytestmark = pytest.mark.realslurm
 
+# exec: the batch step is the sleep itself. (With a shell running a step in between, what a real
+# Slurm records depends on which process the signals reach first; cancelled steps are compared in
+# cases_2_states.test_scancel_running_with_steps.)
 TIMEOUT_SCRIPT = """#!/bin/bash
 echo start
-srun sleep 300
-echo "not reached"
+exec sleep 300
 """
 SIGNAL_SCRIPT = """#!/bin/bash
 trap 'echo "got USR1"; date +%s.%N > usr1.txt' USR1
@@ -39,19 +45,35 @@ sleep 300
 
 @dataclass
 class LongJobs:
+    """One side's long jobs. A thread collects each job's results as soon as it ends: scontrol
+    forgets a job 300 s after its end (MinJobAge), long before the tests here run."""
+
     side: Side
     jobs: dict[str, tuple[int, Path]] = field(default_factory=dict)
     started: float = 0.0
     requeue_seen: dict = field(default_factory=dict)
+    results: dict[str, dict] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    thread: threading.Thread | None = None
 
-    def wait_over(self, timeout: float = 180) -> None:
-        for name in ("timeout", "signal"):
-            job_id, wd = self.jobs[name]
-            self.side.wait_done(job_id, wd, timeout)
+    def watch(self, names: tuple[str, ...] = ("timeout", "signal")) -> None:
+        def run() -> None:
+            for name in names:
+                try:
+                    self.results[name] = collect(self, name)
+                except Exception as err:  # noqa: BLE001 - reported by the tests
+                    self.errors.append(f"{self.side.name} {name}: {err}")
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def wait_over(self, timeout: float = 240) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
 
 
 def start_long_jobs(side: Side) -> LongJobs:
-    """Submit the TIMEOUT and --signal jobs (node2), and run the requeue case to its end (node1)."""
+    """Submit the TIMEOUT and --signal jobs (node2); a thread collects them when they end."""
     long = LongJobs(side, started=time.time())
     for name, args, script in (
         ("timeout", ["--time=1", "-w", "node2"], TIMEOUT_SCRIPT),
@@ -59,22 +81,37 @@ def start_long_jobs(side: Side) -> LongJobs:
     ):
         wd = side.workdir(f"long-{name}")
         long.jobs[name] = (side.sbatch(["-o", "out.txt", *args], wd, script), wd)
+    long.watch()
+    return long
+
+
+def start_requeue(side: Side) -> LongJobs:
+    """Run a job until it has started, requeue it, note what the queue says; a thread collects the rerun."""
+    long = LongJobs(side, started=time.time())
     wd = side.workdir("long-requeue")
     job_id = side.sbatch(["-o", "out.txt", "-w", "node1"], wd, REQUEUE_SCRIPT)
     long.jobs["requeue"] = (job_id, wd)
     side.wait_state(job_id, wd, {"RUNNING"})
     _wait_for(wd / "restarts.txt", "run unset")
     requeue = side.run(["scontrol", "requeue", str(job_id)], wd)
-    side.wait_state(job_id, wd, {"PENDING"}, timeout=30)
-    held = side.ok(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], wd).stdout.strip()
-    eligible = side.scontrol_job(job_id, wd)["EligibleTime"]
+    seen = ""
+    end = time.time() + 30
+    # until the controller has given the requeued job its reason (a real one says None for a moment)
+    while time.time() < end and not (seen.startswith("PENDING") and not seen.endswith(" None")) \
+            and "run 1" not in _text(wd / "restarts.txt"):
+        seen = side.ok(["squeue", "-h", "-j", str(job_id), "-o", "%T %r"], wd).stdout.strip()
+        time.sleep(0.05)
+    info = side.scontrol_job(job_id, wd)
+    eligible = info["EligibleTime"]
     delay = time.mktime(time.strptime(eligible, "%Y-%m-%dT%H:%M:%S")) - time.time() if eligible[:1].isdigit() else 0
-    # a real Slurm holds a requeued job for about two minutes (see INTENTIONAL["requeue_delay"])
-    side.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], wd)
-    side.wait_done(job_id, wd, timeout=60)
     long.requeue_seen = {"scontrol requeue": (requeue.rc, requeue.stdout, requeue.stderr),
-                         "right after the requeue": held, "eligible in (s)": delay}
+                         "right after the requeue": seen, "eligible in (s)": delay}
+    long.watch(("requeue",))
     return long
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def _wait_for(path: Path, text: str, timeout: float = 30) -> None:
@@ -104,6 +141,10 @@ def _elapsed(side: Side, job_id: int, wd: Path) -> int:
 def collect(long: LongJobs, name: str) -> dict:
     job_id, wd = long.jobs[name]
     side = long.side
+    if name == "requeue":  # until the rerun has ended (a real Slurm starts it about 2 minutes later)
+        end = time.time() + 400
+        while time.time() < end and "run 1" not in _text(wd / "restarts.txt"):
+            time.sleep(0.5)
     side.wait_done(job_id, wd, timeout=200)
     norm = Norm(side, [wd], [job_id])
     # srun's and slurmstepd's messages reach the output in no fixed order: compared sorted
@@ -118,16 +159,27 @@ def collect(long: LongJobs, name: str) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
+def _results(started: dict | None, names: tuple[str, ...]) -> dict[str, dict]:
+    if started is None:
+        pytest.skip("the long jobs were not started (select the cases_9_long tests with the rest)")
+    for long in started.values():
+        long.wait_over(480)
+    errors = [e for long in started.values() for e in long.errors]
+    assert not errors, "\n".join(errors)
+    return {name: {side: long.results[name] for side, long in started.items()} for name in names}
+
+
+@pytest.fixture
 def results(long_jobs) -> dict[str, dict]:
-    if long_jobs is None:
-        pytest.skip("the long jobs were not started (run test_9_long.py with the session)")
-    got = {}
-    for name in ("requeue", "timeout", "signal"):
-        got[name] = {side: collect(long, name) for side, long in long_jobs.items()}
-    return got
+    return _results(long_jobs, ("timeout", "signal"))
 
 
+@pytest.fixture
+def requeue_results(requeue_case) -> dict[str, dict]:
+    return _results(requeue_case, ("requeue",))
+
+
+@pytest.mark.slow
 def test_timeout(results) -> None:
     loc, rea = results["timeout"]["local"], results["timeout"]["real"]
     errors = []
@@ -137,10 +189,11 @@ def test_timeout(results) -> None:
         except AssertionError as err:
             errors.append(str(err))
     intentional("long: --time=1 exceeded [seconds until killed]", "timelimit_latency",
-                60 <= loc["elapsed"] <= 64, 60 <= rea["elapsed"] <= 100, True, True)
+                60 <= loc["elapsed"] <= 75, 60 <= rea["elapsed"] <= 110, True, True)
     assert not errors, "\n\n".join(errors)
 
 
+@pytest.mark.slow
 def test_signal_before_time_limit(results) -> None:
     loc, rea = results["signal"]["local"], results["signal"]["real"]
     errors = []
@@ -151,12 +204,17 @@ def test_signal_before_time_limit(results) -> None:
             errors.append(str(err))
     assert "usr1 after (s)" in loc and "usr1 after (s)" in rea, "USR1 never reached a batch shell"
     intentional("long: --signal=B:USR1@50 [seconds after start]", "signal_latency",
-                9 <= loc["usr1 after (s)"] <= 13, 9 <= rea["usr1 after (s)"] <= 45, True, True)
+                9 <= loc["usr1 after (s)"] <= 20, 9 <= rea["usr1 after (s)"] <= 50, True, True)
     assert not errors, "\n\n".join(errors)
 
 
-def test_requeue_restart_count(results) -> None:
-    loc, rea = results["requeue"]["local"], results["requeue"]["real"]
+@pytest.mark.slow
+def test_requeue_restart_count(requeue_results) -> None:
+    loc, rea = requeue_results["requeue"]["local"], requeue_results["requeue"]["real"]
+    if rea["scontrol"]["TimeLimit"] == "365-00:00:00":  # the rerun was started by the real backfill
+        intentional("long: scontrol requeue [TimeLimit of the rerun]", "backfill_year",
+                    loc["scontrol"]["TimeLimit"], rea["scontrol"]["TimeLimit"], "UNLIMITED", "365-00:00:00")
+        rea = dict(rea, scontrol=dict(rea["scontrol"], TimeLimit="UNLIMITED"))
     errors = []
     for aspect in ("scontrol requeue", "right after the requeue", "restarts.txt", "sacct", "scontrol", "output"):
         try:
@@ -164,7 +222,7 @@ def test_requeue_restart_count(results) -> None:
         except AssertionError as err:
             errors.append(str(err))
     intentional("long: scontrol requeue [hold before the rerun]", "requeue_delay",
-                loc["eligible in (s)"] <= 3, rea["eligible in (s)"] >= 60, True, True)
+                loc["eligible in (s)"] <= 3, rea["eligible in (s)"] >= 100, True, True)
     assert not errors, "\n\n".join(errors)
 
 

@@ -71,17 +71,31 @@ def long_jobs(request: pytest.FixtureRequest):
     """The two slow cases (TIMEOUT and --signal), submitted on both sides when the session starts.
 
     A real Slurm checks time limits every 30 s, so a --time=1 job ends 60-90 s after it starts;
-    running them alongside the other cases keeps the suite to a few minutes. Tests in
-    test_9_long.py collect the results.
+    running them alongside the other cases keeps the suite to a few minutes. The tests of
+    cases_9_long.py collect the results.
     """
-    if not any(item.path.name == "test_9_long.py" for item in request.session.items):
+    def is_long(item: pytest.Item) -> bool:
+        function = getattr(item, "function", None)
+        return getattr(function, "__module__", "").endswith("cases_9_long")
+
+    if not any(is_long(item) for item in request.session.items):
         yield None
         return
     sides = request.getfixturevalue("sides")
-    from .test_9_long import start_long_jobs
+    from .cases_9_long import start_long_jobs
 
     jobs = harness.on_both(sides, start_long_jobs)
     yield jobs
+
+
+@pytest.fixture(scope="session")
+def requeue_case(request: pytest.FixtureRequest):
+    """The requeue case on both sides, started by the first test that asks for it (the lesson jobs,
+    so that its rerun two minutes later, on the real Slurm, overlaps them)."""
+    sides = request.getfixturevalue("sides")
+    from .cases_9_long import start_requeue
+
+    return harness.on_both(sides, start_requeue)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

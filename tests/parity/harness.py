@@ -48,8 +48,11 @@ INTENTIONAL = {
     "scheduling_speed": "The local Slurm starts jobs at once; the real one within a second or so (timings and "
     "transient PENDING states are not compared).",
     "requeue_delay": "After scontrol requeue a real slurmctld holds the job for about two minutes "
-    "(EligibleTime = now + 121 s, reason BeginTime); the local Slurm for one second. The suite lifts the "
-    "hold with scontrol update StartTime=now on both sides.",
+    "(EligibleTime = now + 121 s, reason BeginTime: the old job credential must expire); the local Slurm "
+    "for one second.",
+    "backfill_year": "A job with no time limit that the real backfill scheduler starts (as it does a requeued "
+    "job once its hold ends) shows TimeLimit=365-00:00:00; the local Slurm has a single scheduler and keeps "
+    "UNLIMITED.",
     "node_stats": "Live node statistics (CPULoad, FreeMem, OS, BootTime, SlurmdStartTime, LastBusyTime, "
     "Port) describe the host, not the virtual node: normalised.",
     "percent_N": "Output file pattern %N: the real slurmd expands the short host name of the machine it runs on "
@@ -146,13 +149,20 @@ class Side:
         return job_id
 
     def states(self, job_id: int, cwd: Path) -> dict[str, str]:
-        """``{jobid text: state}`` of the job (or every task of an array), as squeue shows them."""
+        """``{jobid text: state}`` of the job (or every task of an array), as squeue shows them;
+        from sacct once the job has left the queue (MinJobAge, 300 s after its end)."""
         res = self.run(["squeue", "-h", "-t", "all", "-r", "-j", str(job_id), "-o", "%i %T"], cwd)
         out = {}
         for line in res.stdout.splitlines():
             if line.strip():
                 jid, state = line.split()[:2]
                 out[jid] = state
+        if not out:
+            res = self.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "--format", "JobID,State"], cwd)
+            for line in res.stdout.splitlines():
+                jid, _, state = line.partition("|")
+                if state.split()[:1] and state.split()[0] in FINAL_STATES:
+                    out[jid] = state.split()[0]
         return out
 
     def wait_state(self, job_id: int, cwd: Path, wanted: set[str] | Callable[[dict[str, str]], bool],
