@@ -44,7 +44,8 @@ INTENTIONAL = {
     "timelimit_latency": "The local Slurm enforces time limits to the second; the real slurmctld checks them "
     "every 30 s, so a --time=1 job ends 60-90 s after it starts (elapsed time is not compared).",
     "signal_latency": "--signal=B:USR1@N is sent exactly N s before the limit by the local Slurm; the real "
-    "slurmctld sends it at its next 30 s check (both deliver it to the batch shell before the time limit).",
+    "slurmctld sends it at one of its periodic checks, up to 60 s earlier than asked (as its man page "
+    "warns): both deliver it to the batch shell before the time limit.",
     "scheduling_speed": "The local Slurm starts jobs at once; the real one within a second or so (timings and "
     "transient PENDING states are not compared).",
     "requeue_delay": "After scontrol requeue a real slurmctld holds the job for about two minutes "
