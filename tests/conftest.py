@@ -20,6 +20,9 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory):
     os.environ["HPCNB_STATE_DIR"] = str(state)
     os.environ["HPCNB_SLURM"] = "local"
     os.environ["HPCNB_CONTROLLER_IDLE"] = "60"
+    # xdist workers run side by side: far-apart job ids keep job-id-derived ports (DDP) apart.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    os.environ["HPCNB_FIRST_JOB_ID"] = str(1 + 10000 * int(worker.removeprefix("gw") or 0))
     os.environ.pop("HPCNB_PROFILE", None)
     for name in [n for n in os.environ if n.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_"))]:
         del os.environ[name]

@@ -201,13 +201,22 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 def next_job_ids(conn: sqlite3.Connection, count: int = 1) -> int:
     """Reserve ``count`` consecutive ids (call inside a transaction); returns the first."""
     row = conn.execute("SELECT value FROM meta WHERE key='next_job_id'").fetchone()
-    first = int(row[0]) if row else 1
+    first = int(row[0]) if row else first_job_id()
     conn.execute(
         "INSERT INTO meta(key, value) VALUES('next_job_id', ?) "
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
         (str(first + count),),
     )
     return first
+
+
+def first_job_id() -> int:
+    """The first job id of a new state: 1, like Slurm's FirstJobId (override: ``HPCNB_FIRST_JOB_ID``).
+
+    Test sessions that run side by side start far apart, so ports derived from job ids differ.
+    """
+    value = os.environ.get("HPCNB_FIRST_JOB_ID", "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
