@@ -191,6 +191,7 @@ def _env(proc: psutil.Process) -> dict[str, str]:
 def make_env(state: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["HPCNB_STATE_DIR"] = str(state)
+    env["HPCNB_FIRST_JOB_ID"] = "1"  # the id checks below count from 1; these jobs open no ports
     env.update(extra)
     return env
 

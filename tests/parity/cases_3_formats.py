@@ -210,7 +210,8 @@ def _squeue_fixed(norm: Norm, line: str, width: int = 18) -> str:
 VOLATILE_JOB_KEYS = {"SubmitTime", "EligibleTime", "AccrueTime", "StartTime", "EndTime", "LastSchedEval",
                      "RunTime", "Priority"}
 # slurmctld's priority-age bookkeeping: "Unknown" or a time depending on how an array task was split off
-ANY_VALUE_KEYS = {"AccrueTime"}
+# and which of slurmctld's schedulers started the job (see INTENTIONAL["scheduler"])
+ANY_VALUE_KEYS = {"AccrueTime", "Scheduler"}
 
 
 def job_record(side: Side, norm: Norm, job: str, wd: Path) -> list[tuple[str, str]]:

@@ -54,6 +54,9 @@ INTENTIONAL = {
     "backfill_year": "A job with no time limit that the real backfill scheduler starts (as it does a requeued "
     "job once its hold ends) shows TimeLimit=365-00:00:00; the local Slurm has a single scheduler and keeps "
     "UNLIMITED.",
+    "scheduler": "scontrol's Scheduler= says which real scheduler started the job: Main when it fitted at "
+    "submission, Backfill when the next backfill pass got there first (timing); the local Slurm has one "
+    "scheduler and says Main: not compared.",
     "node_stats": "Live node statistics (CPULoad, FreeMem, OS, BootTime, SlurmdStartTime, LastBusyTime, "
     "Port) describe the host, not the virtual node: normalised.",
     "percent_N": "Output file pattern %N: the real slurmd expands the short host name of the machine it runs on "
