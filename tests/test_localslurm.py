@@ -179,6 +179,29 @@ def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:
     assert bad.returncode == 1 and "task 1: Exited with exit code 1" in bad.stderr
 
 
+def test_srun_jobid_runs_a_step_in_a_running_job(workdir: Path) -> None:
+    job = submit("-N2", "-n2", "--wrap", "sleep 30")
+    wait_state(job, ("RUNNING",))
+    done = run(["srun", f"--jobid={job}", "sh", "-c", 'echo "$SLURM_JOB_ID.$SLURM_STEP_ID $SLURMD_NODENAME"'])
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n")[:-1]) == [f"{job}.0 node1", f"{job}.0 node2"]
+    rows = run(["sacct", "-n", "-P", "-j", f"{job}.0", "--format", "JobID,NTasks,State"]).stdout.split()
+    assert rows == [f"{job}.0|2|COMPLETED"]
+    assert run(["scancel", str(job)]).returncode == 0
+    wait_state(job, ("CANCELLED",))
+    gone = run(["srun", f"--jobid={job}", "true"])
+    assert gone.returncode == 1 and f"Expired or invalid job {job}" in gone.stderr
+
+
+def test_sacct_selects_by_name_and_by_step(workdir: Path) -> None:
+    first = submit("--wait", "-J", "sel-a", "--wrap", "srun true")
+    second = submit("--wait", "-J", "sel-b", "--wrap", "true")
+    named = run(["sacct", "-n", "-X", "-P", "--name=sel-a,sel-b", "-o", "JobID,JobName"]).stdout.split()
+    assert named == [f"{first}|sel-a", f"{second}|sel-b"]
+    steps = run(["sacct", "-n", "-P", "-j", f"{first}.0,{first}.batch", "-o", "JobID"]).stdout.split()
+    assert steps == [f"{first}.batch", f"{first}.0"]
+
+
 def test_test_only_queues_nothing(workdir: Path) -> None:
     before = run(["squeue", "-h", "-t", "all"]).stdout
     done = run(["sbatch", "--test-only", "-n2", "--wrap", "true"])

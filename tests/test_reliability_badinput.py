@@ -190,6 +190,12 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
     ("squeue-unknown-option", ["squeue", "--bogus"], {}, None, 1,
      "squeue: unrecognized option '--bogus'\n" + GETOPT_TRY.format(cmd="squeue")),
     ("sacct-bad-field", ["sacct", "--format=Bogus"], {}, None, 1, 'sacct: error: Invalid field requested: "Bogus"\n'),
+    ("sacct-bad-job-id", ["sacct", "-j", "abc"], {}, None, 1, "sacct: fatal: Bad job/step specified: abc\n"),
+    ("squeue-bad-state", ["squeue", "-t", "running,bogus"], {}, None, 1,
+     "squeue: error: Invalid job state specified: bogus\nsqueue: error: Valid job states include: PENDING,RUNNING,"
+     "SUSPENDED,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,PREEMPTED,BOOT_FAIL,DEADLINE,OUT_OF_MEMORY,COMPLETING,"
+     "CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,REQUEUE_FED,REQUEUE_HOLD,REVOKED,SIGNALING,SPECIAL_EXIT,STAGE_OUT,"
+     "STOPPED\n\n"),  # captured from squeue 22.05.8
     ("sinfo-unknown-option", ["sinfo", "--bogus"], {}, None, 1,
      "sinfo: unrecognized option '--bogus'\n" + GETOPT_TRY.format(cmd="sinfo")),
 ]

@@ -73,6 +73,7 @@ class JobRequest:
     label: bool = False
     pty: bool = False
     overlap: bool = False
+    jobid: int | None = None  # srun --jobid: a step in that running job
     kill_on_bad_exit: bool = False
     given: list[str] = field(default_factory=list)  # long names of options set explicitly
     env: dict[str, str] = field(default_factory=dict)  # the environment the job starts from
@@ -303,6 +304,10 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         req.gpus_per_node, req.gpu_type = parse_gpus(value or "", "--" + name)
     elif name == "signal":
         req.signal = parse_signal(value or "")
+    elif name == "jobid":
+        if not (value or "").isdigit():
+            raise UsageError(f'Invalid numeric value "{value}" for --jobid.')
+        req.jobid = int(value or 0)
     elif name == "requeue":
         req.requeue = True
     elif name == "no-requeue":

@@ -8,6 +8,7 @@ CPU and all the memory the job has on its nodes).
 from __future__ import annotations
 
 import getpass
+import re
 import grp
 import sys
 import time
@@ -17,6 +18,7 @@ import hostlist
 from .. import db, formats
 from .common import getopt_parse, open_cluster, select_jobs
 
+JOB_ID_RE = re.compile(r"\d+(_\d+)?")  # what -j takes before a .step
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 # every field sacct 22.05 knows (sacct --helpformat) with its default width; negative = left-justified
 WIDTHS = {
@@ -173,7 +175,8 @@ def main(argv: list[str]) -> int:
     opts, _ = getopt_parse(
         "sacct", argv, "j:XPpno:as:S:E:u:lbD",
         ["jobs=", "allocations", "parsable2", "parsable", "noheader", "format=", "allusers", "state=",
-         "starttime=", "endtime=", "user=", "long", "brief", "units=", "duplicates", "noconvert", "helpformat"],
+         "starttime=", "endtime=", "user=", "long", "brief", "units=", "duplicates", "noconvert", "helpformat",
+         "name="],
     )
     if any(opt == "--helpformat" for opt, _ in opts):
         names = sorted(WIDTHS)
@@ -181,10 +184,14 @@ def main(argv: list[str]) -> int:
         return 0
     conn, cluster = open_cluster()
     fields, ids, steps, sep, trail, show_header = DEFAULT_FIELDS, None, True, None, False, True
-    states = None
+    states = names = None
     for opt, val in opts:
         if opt in ("-j", "--jobs"):
             ids = val
+            bad = [t for t in val.replace(" ", ",").split(",") if t and not JOB_ID_RE.fullmatch(t.split(".")[0])]
+            if bad:
+                print(f"sacct: fatal: Bad job/step specified: {bad[0]}", file=sys.stderr)
+                return 1
         elif opt in ("-X", "--allocations"):
             steps = False
         elif opt in ("-P", "--parsable2"):
@@ -197,6 +204,8 @@ def main(argv: list[str]) -> int:
             fields = val
         elif opt in ("-s", "--state"):
             states = {STATE_CODES.get(s.upper(), s.upper()) for s in val.split(",")}
+        elif opt == "--name":
+            names = set(val.split(","))
         elif opt in ("-b", "--brief"):
             fields = "JobID,State,ExitCode"
     columns = []
@@ -210,6 +219,15 @@ def main(argv: list[str]) -> int:
             return 1
         columns.append((name.strip(), key, int(width) if width.lstrip("-").isdigit() else WIDTHS[key]))
     now = time.time()
+    only_steps: dict[str, set[str]] = {}  # -j JOB.STEP: that job's row is replaced by those step rows
+    if ids:
+        tokens = [t for t in ids.replace(" ", ",").split(",") if t]
+        plain = {t for t in tokens if "." not in t}
+        for token in tokens:
+            job_text, dot, step = token.partition(".")
+            if dot and job_text not in plain:
+                only_steps.setdefault(job_text, set()).add(step)
+        ids = ",".join(t.partition(".")[0] for t in tokens)
     jobs = select_jobs(conn, ids)
     if ids is None:
         midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
@@ -218,14 +236,17 @@ def main(argv: list[str]) -> int:
     jobs.sort(key=lambda j: (j["array_job_id"] if j["array_job_id"] is not None else j["id"], j["array_task_id"] or 0))
     rows = []
     for job in jobs:
-        if states and job["state"] not in states:
+        if states and job["state"] not in states or names and job["name"] not in names:
             continue
         job_steps = db.steps_of(conn, job["id"])
         base = job_row(job, cluster, now, job_steps)
-        rows.append(base)
-        if steps:
+        wanted = only_steps.get(formats.job_id_text(job)) or only_steps.get(str(job["id"]))
+        if wanted is None:
+            rows.append(base)
+        if steps or wanted:
             ordered = sorted(job_steps, key=lambda s: (s["step"] != "batch", int(s["step"]) if s["step"].isdigit() else 0))
-            rows.extend(step_row(job, step, base, now, cluster) for step in ordered)
+            rows.extend(step_row(job, step, base, now, cluster) for step in ordered
+                        if wanted is None or step["step"] in wanted)
     out = []
     if sep:
         if show_header:

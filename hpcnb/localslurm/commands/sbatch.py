@@ -117,7 +117,7 @@ def _test_only(req, cluster, conn) -> int:
 
 def wait_for(conn, ids: list[int]) -> int:
     """``--wait``: block until every job ends; exit with the highest exit code."""
-    delay = 0.002
+    delay, started = 0.002, time.monotonic()
     while True:
         rows = conn.execute(
             f"SELECT state, exit_code, exit_signal FROM jobs WHERE id IN ({','.join('?' * len(ids))})", ids
@@ -126,4 +126,5 @@ def wait_for(conn, ids: list[int]) -> int:
             codes = [r["exit_code"] or (r["exit_signal"] and 1) or (0 if r["state"] == "COMPLETED" else 1) for r in rows]
             return max(codes)
         time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        # a reading is cheap: look often while short jobs are likely to end, then every 0.2 s
+        delay = min(delay * 2, 0.02 if time.monotonic() - started < 2 else 0.2)

@@ -329,6 +329,8 @@ def control(conn, verb: str, ids: str) -> int:
     jobs = select_jobs(conn, ids)
     if not jobs:
         print(f"Invalid job id specified for job {ids}", file=sys.stderr)
+        if verb != "requeue":  # 22.05's hold and release go through slurm_suspend and say so too
+            print("slurm_suspend error: Invalid job id specified", file=sys.stderr)
         return 1
     rc = 0
     for job in jobs:

@@ -18,6 +18,13 @@ HEADERS = {
     "Z": "WORK_DIR", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "o": "COMMAND", "c": "MIN_CPUS",
 }
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
+VALID_STATES = (  # as squeue 22.05 lists them when -t names something else
+    "PENDING,RUNNING,SUSPENDED,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,PREEMPTED,BOOT_FAIL,DEADLINE,"
+    "OUT_OF_MEMORY,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,REQUEUE_FED,REQUEUE_HOLD,REVOKED,"
+    "SIGNALING,SPECIAL_EXIT,STAGE_OUT,STOPPED"
+)
+SHORT_STATES = {"PD", "R", "S", "CD", "CA", "F", "TO", "NF", "PR", "BF", "DL", "OOM", "CG", "CF", "RS", "RD", "RQ",
+                "RF", "RH", "RV", "SI", "SE", "SO", "ST"}
 STATE_ORDER = {  # Slurm's job_states enum
     "PENDING": 0, "RUNNING": 1, "COMPLETING": 1, "SUSPENDED": 2, "COMPLETED": 3, "CANCELLED": 4, "FAILED": 5,
     "TIMEOUT": 6, "NODE_FAIL": 7, "PREEMPTED": 8, "BOOT_FAIL": 9, "DEADLINE": 10, "OUT_OF_MEMORY": 11,
@@ -107,7 +114,13 @@ def main(argv: list[str]) -> int:
         elif opt in ("-j", "--jobs"):
             job_ids = val
         elif opt in ("-t", "--states"):
-            states = {s.upper() for s in val.split(",")}
+            states = {s.upper() for s in val.split(",") if s}
+            # "all" stands only alone, as in squeue 22.05
+            bad = sorted(states - set(VALID_STATES.split(",")) - SHORT_STATES - ({"ALL"} if len(states) == 1 else set()))
+            if bad:
+                print(f"squeue: error: Invalid job state specified: {bad[0].lower()}\n"
+                      f"squeue: error: Valid job states include: {VALID_STATES}\n", file=sys.stderr)
+                return 1
         elif opt in ("-o", "--format"):
             fmt = val
         elif opt in ("-h", "--noheader"):

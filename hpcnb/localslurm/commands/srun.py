@@ -153,6 +153,14 @@ def main(argv: list[str]) -> int:
             print("srun: fatal: No command given to execute.", file=sys.stderr)
             return 1
         conn, cluster = open_cluster()
+        if req.jobid is not None:  # a step in a job of one's own, e.g. to look at it while it runs
+            job = db.get_job(conn, req.jobid)
+            if job is None or job["state"] != "RUNNING":
+                print(f"srun: error: Unable to confirm allocation for job {req.jobid}: Invalid job id specified\n"
+                      f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {req.jobid}",
+                      file=sys.stderr)
+                return 1
+            return run_in_allocation(conn, cluster, job, req, rest)
         job_id = os.environ.get("SLURM_JOB_ID")
         job = db.get_job(conn, int(job_id)) if job_id and job_id.isdigit() else None
         if job is not None and job["state"] == "RUNNING":
