@@ -177,7 +177,12 @@ def test_scancel_running_with_steps(sides) -> None:
         return {"sacct": sacct_rows(side, norm, job_id, wd), "scontrol": scontrol_fields(side, norm, job_id, wd),
                 "output": sorted(output(norm, wd / "out.txt").splitlines())}
 
-    check("scancel-running-with-steps", on_both(sides, one))
+    got = on_both(sides, one)
+    if not any("*** STEP " in line for line in got["real"]["output"]):
+        # the real step's slurmstepd line reaches the file only if its srun still forwards output when the
+        # line comes (timing); the local Slurm always writes it: compared only when the real one has it
+        got["local"]["output"] = [line for line in got["local"]["output"] if "*** STEP " not in line]
+    check("scancel-running-with-steps", got)
 
 
 def _wait_for_text(path: Path, text: str, timeout: float = 30) -> None:
