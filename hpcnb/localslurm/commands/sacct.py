@@ -8,8 +8,8 @@ CPU and all the memory the job has on its nodes).
 from __future__ import annotations
 
 import getpass
-import re
 import grp
+import re
 import sys
 import time
 

@@ -160,9 +160,9 @@ def main(argv: list[str]) -> int:
                       f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {req.jobid}",
                       file=sys.stderr)
                 return 1
-            return run_in_allocation(conn, cluster, job, req, rest)
-        job_id = os.environ.get("SLURM_JOB_ID")
-        job = db.get_job(conn, int(job_id)) if job_id and job_id.isdigit() else None
+        else:
+            job_id = os.environ.get("SLURM_JOB_ID")
+            job = db.get_job(conn, int(job_id)) if job_id and job_id.isdigit() else None
         if job is not None and job["state"] == "RUNNING":
             return run_in_allocation(conn, cluster, job, req, rest)
         return run_with_allocation(req, rest)
