@@ -122,7 +122,8 @@ def _script_ids() -> set[int]:
 
 
 def _salvage_table(conn: sqlite3.Connection, table: str, key: str, top: int) -> tuple[list[str], list[tuple]]:
-    """Every row of ``table`` that can still be read: all at once, else in id ranges, else one by one."""
+    """Every row of ``table`` that can still be read: a whole scan where it works, then each id the scan
+    missed looked up on its own (a damaged page can end a scan early without an error)."""
     try:
         cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
     except sqlite3.Error:
@@ -130,22 +131,18 @@ def _salvage_table(conn: sqlite3.Connection, table: str, key: str, top: int) -> 
     if not cols:
         return [], []
     try:
-        return cols, conn.execute(f"SELECT * FROM {table}").fetchall()
+        rows = conn.execute(f"SELECT * FROM {table}").fetchall()
     except sqlite3.Error:
-        pass
-    rows: list[tuple] = []
-    chunk = 256
-    for low in range(0, top + 1, chunk):
-        try:
-            rows += conn.execute(f"SELECT * FROM {table} WHERE {key} BETWEEN ? AND ?", (low, low + chunk - 1)).fetchall()
+        rows = []
+    at = cols.index(key)
+    seen = {row[at] for row in rows}
+    for ident in range(0, top + 1):
+        if ident in seen:
             continue
+        try:
+            rows += conn.execute(f"SELECT * FROM {table} WHERE {key}=?", (ident,)).fetchall()
         except sqlite3.Error:
             pass
-        for ident in range(low, low + chunk):
-            try:
-                rows += conn.execute(f"SELECT * FROM {table} WHERE {key}=?", (ident,)).fetchall()
-            except sqlite3.Error:
-                pass
     return cols, rows
 
 

@@ -149,7 +149,10 @@ def collect(long: LongJobs, name: str) -> dict:
     norm = Norm(side, [wd], [job_id])
     # srun's and slurmstepd's messages reach the output in no fixed order: compared sorted
     out = {"sacct": _rows(side, norm, job_id, wd), "scontrol": _scontrol(side, job_id, wd),
-           "output": sorted(norm.text((wd / "out.txt").read_text()).splitlines()),
+           # bash says "Terminated" if its foreground child dies of the time limit's SIGTERM before it does
+           # itself: a race on both Slurms, so that line is left out
+           "output": sorted(line for line in norm.text((wd / "out.txt").read_text()).splitlines()
+                            if line != "Terminated"),
            "elapsed": _elapsed(side, job_id, wd)}
     if name == "signal" and (wd / "usr1.txt").exists():
         out["usr1 after (s)"] = float((wd / "usr1.txt").read_text()) - float((wd / "start.txt").read_text())
