@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -164,8 +165,16 @@ def test_widget_in_jupyterlab(lab) -> None:
             expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
             if lab["kernel"] == COURSE_KERNEL:
                 expect(notebook.locator(".jp-KernelName")).to_contain_text("hpcnb")
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            started = notebook.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+            for attempt in range(3):  # a click that lands while the session is still connecting is lost
+                page.get_by_role("menuitem", name="Run", exact=True).click()
+                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+                try:
+                    expect(started).not_to_have_count(0, timeout=30_000)
+                    break
+                except AssertionError:
+                    if attempt == 2:
+                        raise
             widget = notebook.locator(".hpcnb-job-widget")
             expect(widget).to_be_visible()
             expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)
