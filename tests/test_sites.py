@@ -87,7 +87,8 @@ def test_shipped_profile_loads_and_is_consistent(name: str) -> None:
     hosts = [h for g in p.nodes for h in g.hostnames]
     assert len(hosts) == len(set(hosts))
     # local emulation stays laptop-sized
-    assert 1 <= len(hosts) <= 6
+    assert hosts, f"{name} has no nodes"
+    assert len(hosts) <= 6, f"{name} has {len(hosts)} nodes"
     assert all(g.cpus <= 4 for g in p.nodes)
     for part in p.partitions:
         members = expand_hostlist(part.nodes) if part.nodes else hosts
