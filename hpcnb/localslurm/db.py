@@ -200,14 +200,19 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 def next_job_ids(conn: sqlite3.Connection, count: int = 1) -> int:
     """Reserve ``count`` consecutive ids (call inside a transaction); returns the first."""
-    row = conn.execute("SELECT value FROM meta WHERE key='next_job_id'").fetchone()
-    first = int(row[0]) if row else first_job_id()
+    first = next_job_id(conn)
     conn.execute(
         "INSERT INTO meta(key, value) VALUES('next_job_id', ?) "
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
         (str(first + count),),
     )
     return first
+
+
+def next_job_id(conn: sqlite3.Connection) -> int:
+    """The id the next submission will get (nothing reserved)."""
+    row = conn.execute("SELECT value FROM meta WHERE key='next_job_id'").fetchone()
+    return int(row[0]) if row else first_job_id()
 
 
 def first_job_id() -> int:

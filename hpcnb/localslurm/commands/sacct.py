@@ -188,10 +188,6 @@ def main(argv: list[str]) -> int:
     for opt, val in opts:
         if opt in ("-j", "--jobs"):
             ids = val
-            bad = [t for t in val.replace(" ", ",").split(",") if t and not JOB_ID_RE.fullmatch(t.split(".")[0])]
-            if bad:
-                print(f"sacct: fatal: Bad job/step specified: {bad[0]}", file=sys.stderr)
-                return 1
         elif opt in ("-X", "--allocations"):
             steps = False
         elif opt in ("-P", "--parsable2"):
@@ -221,13 +217,16 @@ def main(argv: list[str]) -> int:
     now = time.time()
     only_steps: dict[str, set[str]] = {}  # -j JOB.STEP: that job's row is replaced by those step rows
     if ids:
-        tokens = [t for t in ids.replace(" ", ",").split(",") if t]
-        plain = {t for t in tokens if "." not in t}
-        for token in tokens:
-            job_text, dot, step = token.partition(".")
-            if dot and job_text not in plain:
-                only_steps.setdefault(job_text, set()).add(step)
-        ids = ",".join(t.partition(".")[0] for t in tokens)
+        tokens = [t.partition(".") for t in ids.replace(" ", ",").split(",") if t]
+        bad = [job + dot + step for job, dot, step in tokens if not JOB_ID_RE.fullmatch(job)]
+        if bad:
+            print(f"sacct: fatal: Bad job/step specified: {bad[0]}", file=sys.stderr)
+            return 1
+        plain = {job for job, dot, _ in tokens if not dot}
+        for job, dot, step in tokens:
+            if dot and job not in plain:
+                only_steps.setdefault(job, set()).add(step)
+        ids = ",".join(job for job, _, _ in tokens)
     jobs = select_jobs(conn, ids)
     if ids is None:
         midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
 def _test_only(req, cluster, conn) -> int:
     with db.transaction(conn):
         partition = submit.finalize(req, cluster, conn)
-        job_id = int(db.get_meta(conn, "next_job_id") or db.first_job_id())
+        job_id = db.next_job_id(conn)
     from ..alloc import task_count
 
     cpus = task_count(req) * (req.cpus_per_task or 1)
