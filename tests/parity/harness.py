@@ -142,6 +142,7 @@ class Side:
     # -- jobs ---------------------------------------------------------------------------------
     def sbatch(self, args: list[str], cwd: Path, script: str | None = None, name: str = "job.sh") -> int:
         """Submit (``script`` is written to ``cwd/name`` and appended); returns the job id."""
+        self.wait_no_completing(cwd)
         argv = ["sbatch", "--parsable", *args]
         if script is not None:
             (cwd / name).write_text(script)
@@ -199,6 +200,16 @@ class Side:
                 return self.states(job_id, cwd)
             time.sleep(0.2)
         raise AssertionError(f"{self.name}: accounting of job {job_id} not final after 30 s: {rows}")
+
+    def wait_no_completing(self, cwd: Path, timeout: float = 60) -> None:
+        """Wait until no job is COMPLETING: a real scheduler skips a node whose last job is still
+        completing, so a job submitted then may land on other nodes than on the local Slurm."""
+        end = time.time() + timeout
+        while time.time() < end:
+            if not self.run(["squeue", "-h", "-t", "CG", "-o", "%i"], cwd).stdout.strip():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: jobs still COMPLETING after {timeout}s")
 
     def job_ids(self, job_id: int, cwd: Path) -> list[int]:
         """The raw ids of a job, or of every task of an array (its own id included)."""
