@@ -52,5 +52,6 @@ if rank == 0:  # only rank 0 writes: every rank holds the same weights
     training.save_result(args.out, model, world_size=world_size, seconds=seconds, epochs=args.epochs,
                          batch=args.batch, lr=args.lr, losses=losses)
     print(f"trained in {seconds:.2f} s", flush=True)
+del model  # DDP holds the process group: free it first, or gloo's threads outlive it and can abort the exit
 dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
 dist.destroy_process_group()

@@ -64,5 +64,6 @@ if rank == 0:  # only rank 0 writes: every rank holds the same weights
                          nodes=sorted(set(hosts)), hosts=hosts, backend=backend,
                          launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "srun")
     print(f"trained in {seconds:.2f} s", flush=True)
+del model  # DDP holds the process group: free it first, or gloo's threads outlive it and can abort the exit
 dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
 dist.destroy_process_group()

@@ -7,10 +7,12 @@ ranks, world size, MASTER_ADDR and MASTER_PORT in Slurm's variables itself (SLUR
 and stops without training. ``--slurm-env`` passes ``SLURMEnvironment()`` explicitly (used even when
 the job is named ``interactive``). ``--requeue`` passes ``SLURMEnvironment(auto_requeue=True)``: on the
 job's warning signal (``#SBATCH --signal=SIGUSR1@90``) Lightning saves ``hpc_ckpt_<n>.ckpt`` in
-``--root`` and requeues the job; the next run resumes from it.
+``--root`` and requeues the job; the next run resumes from it. :class:`RequeueAtStepEnd` makes
+Lightning do that at the end of a training step rather than inside the signal handler.
 """
 import argparse
 import os
+import signal
 import time
 
 import pytorch_lightning as pl
@@ -68,6 +70,35 @@ class Timer(pl.Callback):
         self.seconds = time.perf_counter() - self.start
 
 
+class RequeueAtStepEnd(pl.Callback):
+    """Lightning's auto-requeue (checkpoint, then ``scontrol requeue``) at a step end every rank agrees on.
+
+    Lightning's own handler saves the checkpoint, a collective, inside the signal handler: a rank
+    signalled while its partner is in the gradients' all-reduce waits for it, and it for the rank,
+    until the time limit. Installed before Lightning's (which then adds none), this handler only
+    records the signal; after each step the ranks all-reduce the flag and, once any rank got the
+    signal, all of them run Lightning's handler at the same point.
+    """
+
+    def __init__(self) -> None:
+        self.signalled = False
+
+    def setup(self, trainer, module, stage):
+        signal.signal(trainer.strategy.cluster_environment.requeue_signal, self._record)
+
+    def _record(self, signum, frame):
+        self.signalled = True
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        flag = torch.tensor([float(self.signalled)], device=module.device)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if flag.item():
+            self.signalled = False
+            signum = int(trainer.strategy.cluster_environment.requeue_signal)
+            trainer._signal_connector._slurm_sigusr_handler_fn(signum, None)  # Lightning's own requeue code
+
+
 accelerator = "gpu" if torch.cuda.is_available() else "cpu"
 training.use_slurm_cpus()
 plugins = []
@@ -76,9 +107,10 @@ if args.slurm_env or args.requeue:
 
     plugins.append(SLURMEnvironment(auto_requeue=args.requeue))
 timer = Timer()
+callbacks = [timer, RequeueAtStepEnd()] if args.requeue else [timer]
 trainer = pl.Trainer(
     num_nodes=args.nodes, devices=args.devices, strategy="ddp", accelerator=accelerator, plugins=plugins,
-    max_epochs=args.epochs, default_root_dir=args.root, callbacks=[timer],
+    max_epochs=args.epochs, default_root_dir=args.root, callbacks=callbacks,
     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
 )
 env = trainer.strategy.cluster_environment

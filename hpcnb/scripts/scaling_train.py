@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               f"global_batch={gbatch} per_task_batch={per_task} lr={lr:g} loss={loss:.6f} "
               f"wall_s={wall:.4f} startup_s={startup:.2f} import_s={imported:.2f} connect_s={connected - imported:.2f} "
               f"job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
+    del ddp  # it holds the process group: free it before the group is destroyed
     dist.destroy_process_group()
     return 0
 

@@ -17,5 +17,6 @@ dist.all_reduce(grads[0])
 if world.rank == 0:
     print(f"world={world.world_size} nodes={world.num_nodes} master={world.master_addr}:{world.master_port} "
           f"sum={int(total.item())}", flush=True)
+del model  # DDP holds the process group: free it before it is destroyed
 dist.destroy_process_group()
 sys.exit(0)

@@ -93,6 +93,7 @@ def run_case(side: Side, case: str, argv: list[str]) -> dict:
     for name, text in FILES.items():
         (wd / name).write_text(text)
         (wd / name).chmod(0o755)
+    side.wait_no_completing(wd)  # srun's and salloc's answers name the nodes they got
     res = side.run(argv, wd, timeout=60)
     norm = Norm(side, [wd])
     out = {"exit code": res.rc}

@@ -26,5 +26,6 @@ if rank == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"peers {sorted(peers)}", flush=True)
     print(f"weights {' '.join(f'{w:.5f}' for w in weights.tolist())}", flush=True)
+del model  # DDP holds the process group: free it before it is destroyed
 dist.barrier()  # nobody tears gloo down while another rank still talks to it
 dist.destroy_process_group()
