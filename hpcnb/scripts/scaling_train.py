@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
               f"wall_s={wall:.4f} startup_s={startup:.2f} import_s={imported:.2f} connect_s={connected - imported:.2f} "
               f"job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
     del ddp  # it holds the process group: free it before the group is destroyed
+    dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
     dist.destroy_process_group()
     return 0
 

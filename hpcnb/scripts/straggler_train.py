@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if size >= 3:
             print(format_report(find_stragglers(times, {r: rec["host"] for r, rec in gathered.items()})), flush=True)
         print(f"wrote {args.out} ({size} ranks x {len(steps)} steps)", flush=True)
+    dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
     dist.destroy_process_group()
     return 0
 
