@@ -179,6 +179,17 @@ def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:
     assert bad.returncode == 1 and "task 1: Exited with exit code 1" in bad.stderr
 
 
+def test_srun_relays_each_task_line_whole(workdir: Path) -> None:
+    """Tasks that write a line in two pieces: srun passes whole lines on, as slurmstepd does (-u: as written)."""
+    job = submit("-n2", "-o", "lines.out", "--wrap",
+                 "srun bash -c 'sleep 0.5; for i in $(seq 2000); do printf \"task $SLURM_PROCID line $i\"; printf \"\\n\" >&2; "
+                 "printf \"\\n\"; done'")
+    wait_state(job, ("COMPLETED",))
+    lines = (workdir / "lines.out").read_text().split("\n")[:-1]
+    assert all(re.fullmatch(r"task [01] line \d+|", line) for line in lines), [x for x in lines if "task" in x[5:]][:3]
+    assert sum(1 for line in lines if line) == 4000
+
+
 def test_srun_jobid_runs_a_step_in_a_running_job(workdir: Path) -> None:
     job = submit("-N2", "-n2", "--wrap", "sleep 30")
     wait_state(job, ("RUNNING",))

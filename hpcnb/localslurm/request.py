@@ -71,6 +71,7 @@ class JobRequest:
     wait: bool = False
     quiet: bool = False
     label: bool = False
+    unbuffered: bool = False  # srun -u: tasks write straight to srun's output, partial lines and all
     pty: bool = False
     overlap: bool = False
     jobid: int | None = None  # srun --jobid: a step in that running job
@@ -241,7 +242,7 @@ def _signal_number(name: str) -> int | None:
 
 _FLAGS = {
     "parsable": "parsable", "test-only": "test_only", "wait": "wait", "quiet": "quiet", "label": "label",
-    "pty": "pty", "overlap": "overlap", "hold": "hold", "exclusive": "exclusive",
+    "pty": "pty", "overlap": "overlap", "hold": "hold", "unbuffered": "unbuffered", "exclusive": "exclusive",
     "kill-on-invalid-dep": "kill_on_invalid_dep", "kill-on-bad-exit": "kill_on_bad_exit",
 }
 _EXCLUSIVE = ("exclusive", "oversubscribe", "user", "mcs")

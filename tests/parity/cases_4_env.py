@@ -19,16 +19,16 @@ BATCH = "#!/bin/bash\nenv -0 > batch${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID
 def capture(side: Side, case: str, mode: str, args: list[str], step: str | None = "") -> dict[str, dict[str, str]]:
     """Run the case on one side; returns {layer file stem: normalised environment}."""
     wd = side.workdir(case)
+    if mode != "sbatch":  # (sbatch waits itself) so that the job gets the same nodes on both sides
+        side.wait_no_completing(wd)
     if mode == "sbatch":
         script = BATCH + (f"srun {step} {TASK}\n" if step is not None else "")
         job_id = side.sbatch(args, wd, script)
         side.wait_done(job_id, wd)
     elif mode == "salloc":
-        side.wait_no_completing(wd)  # as sbatch does: the same nodes on both sides
         inner = "env -0 > shell.env0" + (f"; srun {step} {TASK}" if step is not None else "")
         side.ok(["salloc", *args, "bash", "-c", inner], wd)
     else:
-        side.wait_no_completing(wd)
         side.ok(["srun", *args, "bash", "-c", "env -0 > task_${SLURM_PROCID}.env0"], wd)
     raw = {f.stem: parse_env0(f.read_bytes()) for f in sorted(wd.glob("*.env0"))}
     assert raw, f"{side.name}: no environment captured in {wd}"

@@ -55,8 +55,9 @@ def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dic
 
 
 def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[str], base_env: dict[str, str],
-               inherited_ntasks: int | None) -> tuple[dict, list[int], list]:
-    """Record the step and spawn its tasks. Returns (step, task pids, label threads)."""
+               inherited_ntasks: int | None
+               ) -> tuple[dict, list[tuple[int, str, int]], dict[int, list[threading.Thread]]]:
+    """Record the step and spawn its tasks. Returns (step, task pids, output relays by task)."""
     placed = layout(job, req, inherited_ntasks)
     ntasks = sum(p["tasks"] for p in placed)
     with db.transaction(conn):
@@ -73,20 +74,22 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
     step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task}
     port = random.randint(30000, 60000)
     slow = {p["node"]: float(db.get_meta(conn, f"slow:{p['node']}", "1") or 1) for p in placed}
-    pids, threads = [], []
+    pids: list[tuple[int, str, int]] = []
+    threads: dict[int, list[threading.Thread]] = {}  # each task's output relays
     proc_id = 0
     for index, part in enumerate(placed):
         for local in range(part["tasks"]):
             env = envvars.task_env(base_env, job, cluster, step, index, local, proc_id, port)
-            if req.label:
-                read_fd, write_fd = os.pipe()
-                pid = procs.spawn(argv, env, os.getcwd(), (0, write_fd, write_fd), False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
-                os.close(write_fd)
-                thread = threading.Thread(target=_relay, args=(read_fd, proc_id), daemon=True)
+            fds, relays = (0, 1, 2), []
+            if req.label or (ntasks > 1 and not req.unbuffered):
+                fds, relays = _relay_pipes(proc_id, req.label)
+            pid = procs.spawn(argv, env, os.getcwd(), fds, False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
+            for fd in set(fds[1:]):
+                if fd > 2:
+                    os.close(fd)
+            threads[proc_id] = [threading.Thread(target=_relay, args=relay, daemon=True) for relay in relays]
+            for thread in threads[proc_id]:
                 thread.start()
-                threads.append(thread)
-            else:
-                pid = procs.spawn(argv, env, os.getcwd(), (0, 1, 2), False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
             pids.append((pid, part["node"], proc_id))
             if slow[part["node"]] > 1:
                 threading.Thread(target=_throttle, args=(pid, slow[part["node"]]), daemon=True).start()
@@ -113,12 +116,30 @@ def _throttle(pid: int, factor: float) -> None:
         procs.send(tree, signal.SIGCONT)
 
 
-def _relay(fd: int, task: int) -> None:
+def _relay_pipes(task: int, label: bool) -> tuple[tuple[int, int, int], list[tuple]]:
+    """A task's stdout and stderr through pipes that srun relays a whole line at a time, as slurmstepd
+    does: the tasks of a step share srun's output, and their lines must not mix. With --label the
+    lines are numbered and stderr goes with stdout."""
+    out_r, out_w = os.pipe()
+    prefix = f"{task}: ".encode() if label else b""
+    if label:
+        return (0, out_w, out_w), [(out_r, sys.stdout, prefix)]
+    err_r, err_w = os.pipe()
+    return (0, out_w, err_w), [(out_r, sys.stdout, prefix), (err_r, sys.stderr, prefix)]
+
+
+def _drain(threads: dict[int, list[threading.Thread]], task: int) -> None:
+    """Let a finished task's last lines through (a child it left behind may keep its pipe open)."""
+    for thread in threads.get(task, []):
+        thread.join(timeout=5)
+
+
+def _relay(fd: int, target, prefix: bytes) -> None:
     with os.fdopen(fd, "rb") as stream:
         for line in stream:
             with _print_lock:
-                sys.stdout.buffer.write(f"{task}: ".encode() + line)
-                sys.stdout.flush()
+                target.buffer.write(prefix + line)
+                target.flush()
 
 
 def end_step(conn, job_id: int, step: dict, statuses: list[int]) -> int:
@@ -199,12 +220,11 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
             except InterruptedError:
                 continue
         statuses.append(status)
+        _drain(threads, task)
         if status:
             print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
     if any(os.WIFSIGNALED(s) for s in statuses) and not terminated:  # a task killed by a signal (as 22.05)
         print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
-    for thread in threads:
-        thread.join(timeout=5)
     return end_step(conn, job["id"], step, statuses)
 
 
@@ -222,10 +242,9 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
             sup.mains[pid] = None
 
     outcome, sup = supervise(job, start)
-    for thread in holder.get("threads", []):
-        thread.join(timeout=5)
     statuses = [sup.mains[pid] or 0 for pid, _, _ in holder.get("pids", [])]
     for (pid, node, task), status in zip(holder.get("pids", []), statuses):
+        _drain(holder.get("threads", {}), task)
         if status:
             print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
     if "step" in holder and any(s and os.WIFSIGNALED(s) for s in statuses) and outcome.state != "TIMEOUT":

@@ -1,7 +1,6 @@
 """A few deterministic DDP steps over gloo; rank 0 prints the result (the same on any Slurm)."""
 import os
 import socket
-import sys
 
 import torch
 import torch.distributed as dist
@@ -22,8 +21,7 @@ for _ in range(5):
     opt.step()
 peers = [None] * world
 dist.all_gather_object(peers, (rank, local, os.environ["SLURMD_NODENAME"], socket.gethostbyname(os.environ["SLURMD_NODENAME"])))
-sys.stdout.write(f"rank {rank}/{world} local {local} node {os.environ['SLURMD_NODENAME']}\n")  # one write per line
-sys.stdout.flush()
+print(f"rank {rank}/{world} local {local} node {os.environ['SLURMD_NODENAME']}", flush=True)
 if rank == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"peers {sorted(peers)}", flush=True)

@@ -1,6 +1,5 @@
 """Lightning DDP on 2 nodes x 2 processes (CPU): each rank reports what Lightning made of Slurm."""
 import os
-import sys
 import warnings
 
 import torch
@@ -33,12 +32,9 @@ trainer = pl.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", 
 model = Tiny()
 trainer.fit(model, DataLoader(data, batch_size=16, shuffle=False))
 env = trainer.strategy.cluster_environment
-# one write per line: the ranks share the output file, and unbuffered print() writes the newline
-# apart (a real slurmstepd relays whole lines; the local Slurm lets tasks write to the file directly)
-sys.stdout.write(f"rank {trainer.global_rank}/{trainer.world_size} node_rank {trainer.node_rank} "
-                 f"local {trainer.local_rank} env {type(env).__name__} master {env.main_address} "
-                 f"job {'ok' if env.job_id() == int(os.environ['SLURM_JOB_ID']) else 'wrong'}\n")
-sys.stdout.flush()
+print(f"rank {trainer.global_rank}/{trainer.world_size} node_rank {trainer.node_rank} "
+      f"local {trainer.local_rank} env {type(env).__name__} master {env.main_address} "
+      f"job {'ok' if env.job_id() == int(os.environ['SLURM_JOB_ID']) else 'wrong'}", flush=True)
 if trainer.global_rank == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"weights {' '.join(f'{w:.5f}' for w in weights.tolist())}", flush=True)
