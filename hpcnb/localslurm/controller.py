@@ -193,6 +193,8 @@ class Controller:
         next_check = 0.0
         next_pass = 0.0  # schedule at once on start
         while True:
+            if self._orphaned():  # first: a vanished state makes every step below fail, again and again
+                return
             try:
                 self._reap()
                 now = time.time()
@@ -202,8 +204,6 @@ class Controller:
                     next_pass = min(now + RESCHEDULE_S, self._next_begin(now))
                 if now >= next_check:
                     next_check = now + CHECK_EVERY_S
-                    if self._orphaned():
-                        return
                     busy, changed = self._check_liveness()
                     if changed:
                         next_pass = 0.0
