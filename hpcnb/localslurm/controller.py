@@ -110,10 +110,20 @@ def start_controller() -> None:
         subprocess.Popen(
             [sys.executable, "-m", "hpcnb.localslurm.controller"],
             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
-            env={**os.environ, "HPCNB_STATE_DIR": str(paths.state_dir())},
+            env={**_outside_any_job(os.environ), "HPCNB_STATE_DIR": str(paths.state_dir())},
         )
     finally:
         os.close(fd)
+
+
+JOB_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+
+
+def _outside_any_job(env: os._Environ | dict[str, str]) -> dict[str, str]:
+    """The environment without a job's variables: a controller started by a command inside job N
+    must not carry SLURM_JOB_ID=N (NODE_FAIL cleanup of job N finds processes by it), and neither
+    must the supervisors it forks."""
+    return {k: v for k, v in env.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
 
 
 def running_pid() -> int | None:
@@ -154,6 +164,7 @@ class Controller:
         self.started_at = time.time()
         self.db_inode = os.stat(paths.db_path()).st_ino
         self.errors: dict[str, int] = {}
+        self.exits: dict[int, int] = {}  # wait status of each supervisor reaped, by pid
 
     @staticmethod
     def _bind() -> socket.socket:
@@ -271,11 +282,15 @@ class Controller:
     def _reap(self) -> None:
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if status:  # the supervisor's own failure: kept for the NODE_FAIL line of the log
+                self.exits[pid] = status
+                if len(self.exits) > 1000:
+                    self.exits.pop(next(iter(self.exits)))
 
     def _schedule(self) -> list[dict]:
         from . import scheduler
@@ -385,8 +400,18 @@ class Controller:
                     "UPDATE steps SET state=?, end_time=? WHERE job_id=? AND state='RUNNING'", (state, now, job["id"])
                 )
         if done and state == "NODE_FAIL":
-            log(f"controller: job {job['id']}: its supervisor (pid {job['supervisor_pid']}) died; NODE_FAIL"
+            log(f"controller: job {job['id']}: its supervisor (pid {job['supervisor_pid']}) died "
+                f"({self._how_it_ended(job['supervisor_pid'])}); NODE_FAIL"
                 + (f", killed {len(leftovers)} leftover process(es)" if leftovers else ""))
+
+    def _how_it_ended(self, pid: int | None) -> str:
+        self._reap()
+        status = self.exits.pop(pid, None) if pid else None
+        if status is None:
+            return "not reaped here: gone without a failing exit status, or started by an earlier controller"
+        if os.WIFSIGNALED(status):
+            return f"killed by signal {os.WTERMSIG(status)}: {signal.strsignal(os.WTERMSIG(status))}"
+        return f"exit status {os.WEXITSTATUS(status)}; its traceback, if any, is above"
 
 
 def _own_limits() -> None:

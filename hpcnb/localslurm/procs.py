@@ -142,11 +142,47 @@ def apply_rlimits(limits: dict[str, int]) -> None:
             pass
 
 
+#: The command line of the controller and of the batch supervisors it forks (a fork keeps it).
+DAEMON_MODULE = "hpcnb.localslurm.controller"
+
+
 def descendants(pid: int | None = None) -> list[psutil.Process]:
+    """Every process below ``pid`` (default: this one), except the local Slurm's own daemons.
+
+    A command that starts the controller (``srun``, ``salloc``, any command inside a job) is its
+    parent, and a subreaper (a supervisor, salloc, a stand-alone srun) inherits it when that command
+    exits. The controller and the supervisors it forks are not the job's: killing them with the job
+    killed every other job's supervisor (NODE_FAIL at launch), so their subtrees are left out."""
     try:
-        return psutil.Process(pid or os.getpid()).children(recursive=True)
+        tree = psutil.Process(pid or os.getpid()).children(recursive=True)
     except psutil.Error:
         return []
+    daemons = {proc.pid for proc in tree if _is_daemon(proc)}
+    if not daemons:
+        return tree
+    parent = {}
+    for proc in tree:
+        try:
+            parent[proc.pid] = proc.ppid()
+        except psutil.Error:
+            parent[proc.pid] = None
+    return [proc for proc in tree if not _below(proc.pid, daemons, parent)]
+
+
+def _is_daemon(proc: psutil.Process) -> bool:
+    try:
+        return DAEMON_MODULE in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def _below(pid: int, daemons: set[int], parent: dict[int, int | None]) -> bool:
+    """Is ``pid`` one of ``daemons`` or below one (walking up through ``parent``)?"""
+    while pid is not None:
+        if pid in daemons:
+            return True
+        pid = parent.get(pid)
+    return False
 
 
 def send(procs: Iterable[psutil.Process], sig: int) -> None:
@@ -212,20 +248,29 @@ def step_processes(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
 
 
 def alive(pid: int | None, ctime: float | None) -> bool:
-    """Is this exact process (pid + creation time) still running?"""
-    if not pid:
+    """Is this exact process (pid + :func:`create_time`) still running (and not a zombie)?"""
+    fields = _stat_fields(pid) if pid else None
+    if fields is None or fields[0] == b"Z":
         return False
-    try:
-        proc = psutil.Process(pid)
-        if ctime is not None and abs(proc.create_time() - ctime) > 0.5:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return ctime is None or abs(_start(fields) - ctime) <= 0.5
 
 
 def create_time(pid: int) -> float | None:
+    """When the process started, in seconds since boot (``/proc/PID/stat``). No wall clock is
+    involved: psutil's epoch-based create_time() moves when the clock is stepped, which made a
+    live supervisor look dead (NODE_FAIL)."""
+    fields = _stat_fields(pid)
+    return _start(fields) if fields is not None else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None."""
     try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()
+    except OSError:
         return None
+
+
+def _start(fields: list[bytes]) -> float:
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
