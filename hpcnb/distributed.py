@@ -9,7 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import torch
 
 PORT_BASE, PORT_SPAN = 20000, 40000
 
@@ -58,11 +63,41 @@ def slurm_world(env: dict[str, str] | None = None) -> World:
     )
 
 
+def pick_device(local_rank: int) -> "torch.device":
+    """This process's device, made current: ``cuda:i`` with ``i`` the local rank among the GPUs this
+    process can see, else the CPU. Slurm's ``--gpus-per-task``/``--gpu-bind`` leave each task one GPU
+    in ``CUDA_VISIBLE_DEVICES`` (so ``i`` is 0 there, not the local rank); with every GPU of the
+    node visible, task ``r`` takes GPU ``r``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def backend_for(device: "torch.device") -> str:
+    """NCCL for GPU tensors, gloo for CPU tensors (NCCL cannot move CPU tensors)."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def synchronize(device: "torch.device") -> None:
+    """Wait for the device's queued work: GPU kernels run asynchronously, so a timer read without
+    this measures how fast kernels were queued, not how long they ran."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
 def init_process_group(backend: str | None = None, timeout_s: float = 120) -> World:
-    """Set MASTER_ADDR/PORT, then ``torch.distributed.init_process_group`` (NCCL on GPUs, else gloo)."""
+    """Set MASTER_ADDR/PORT, pick this rank's device (:func:`pick_device`), then
+    ``torch.distributed.init_process_group`` with the backend for that device (NCCL on GPUs, else
+    gloo). ``timeout_s`` bounds every collective: a rank whose peer died fails instead of waiting
+    half an hour."""
     import datetime
 
-    import torch
     import torch.distributed as dist
 
     world = slurm_world()
@@ -73,9 +108,27 @@ def init_process_group(backend: str | None = None, timeout_s: float = 120) -> Wo
             f"the first node {world.master_addr!r} does not resolve; on the local Slurm run `hpcnb check-names`"
         ) from None
     os.environ.update(MASTER_ADDR=world.master_addr, MASTER_PORT=str(world.master_port))
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl":
-        torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+    backend = backend or backend_for(pick_device(world.local_rank))
     dist.init_process_group(backend, rank=world.rank, world_size=world.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return world
+
+
+def leave(code: int = 0) -> NoReturn:
+    """End a training process: wait for every rank, destroy the process group, flush, and exit
+    without the interpreter's teardown.
+
+    Why not a plain return: the process group's C++ threads (gloo's, the TCP store's) can still
+    be running while Python finalizes its objects, and a C++ thread object destroyed then ends the
+    process with SIGABRT ("terminate called without an active exception", exit code -6). Under
+    torchrun one such rank fails the whole run after its work is done; the other node's torchrun
+    then waits in its exit barrier. ``os._exit`` skips that teardown; everything that matters (the
+    results, the output) is written and flushed before it."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # leave together: a rank that quits while others still talk to it crashes them
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,5 +1,6 @@
 """Train the tiny model with DistributedDataParallel on the devices of one node (one srun task each)."""
 import argparse
+import datetime
 import os
 import time
 
@@ -10,6 +11,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb import training
+from hpcnb.distributed import backend_for, leave, pick_device, synchronize
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -24,17 +26,18 @@ world_size = int(os.environ["SLURM_NTASKS"])
 # Rank 0 listens on this node, on a port derived from the job id (two jobs on a node don't clash)
 os.environ["MASTER_ADDR"] = "localhost"
 os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000)
-backend = "nccl" if torch.cuda.is_available() else "gloo"
-dist.init_process_group(backend, rank=rank, world_size=world_size)
+device = pick_device(rank)  # cuda:rank (of the GPUs this task sees) and set_device; else the CPU
+backend = backend_for(device)  # nccl for GPU tensors, gloo for CPU tensors
+# a collective that waits longer than the timeout fails: a dead peer never hangs the job
+dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120))
 
-device = torch.device(f"cuda:{rank}" if torch.cuda.is_available() else "cpu")
 training.use_slurm_cpus()
 
 data = training.make_dataset()
 sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=training.SEED)
 loader = DataLoader(data, batch_size=args.batch // world_size, sampler=sampler)
 model = training.make_model().to(device)
-model = DDP(model, device_ids=[rank] if torch.cuda.is_available() else None)
+model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
 losses = []
@@ -46,12 +49,11 @@ for epoch in range(args.epochs):
     if rank == 0:
         losses.append(training.full_loss(model, data, device))
         print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
+synchronize(device)  # on a GPU: wait for the queued kernels before reading the clock
 seconds = time.perf_counter() - start
 
 if rank == 0:  # only rank 0 writes: every rank holds the same weights
     training.save_result(args.out, model, world_size=world_size, seconds=seconds, epochs=args.epochs,
                          batch=args.batch, lr=args.lr, losses=losses)
     print(f"trained in {seconds:.2f} s", flush=True)
-del model  # DDP holds the process group: free it first, or gloo's threads outlive it and can abort the exit
-dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
-dist.destroy_process_group()
+leave()  # barrier, destroy_process_group, exit (hpcnb.distributed.leave says why not a plain return)

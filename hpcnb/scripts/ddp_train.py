@@ -1,5 +1,6 @@
 """Train the tiny model with DistributedDataParallel across nodes, launched by srun or by torchrun."""
 import argparse
+import datetime
 import os
 import subprocess
 import time
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb import training
+from hpcnb.distributed import backend_for, leave, pick_device, synchronize
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -31,10 +33,11 @@ if "MASTER_ADDR" not in os.environ:
     os.environ["MASTER_ADDR"] = nodes[0]
 if "MASTER_PORT" not in os.environ:
     os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000)
-backend = "nccl" if torch.cuda.is_available() else "gloo"
-dist.init_process_group(backend, rank=rank, world_size=world_size)
+device = pick_device(local_rank)  # cuda:local_rank (of the GPUs this task sees) and set_device; else the CPU
+backend = backend_for(device)  # nccl for GPU tensors, gloo for CPU tensors
+# a collective that waits longer than the timeout fails: a dead peer never hangs the job
+dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120))
 
-device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
 training.use_slurm_cpus()
 hosts = training.hosts_of_ranks()
 print(f"rank {rank}/{world_size} (local rank {local_rank}) on {hosts[rank]}, "
@@ -44,7 +47,7 @@ data = training.make_dataset()
 sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=training.SEED)
 loader = DataLoader(data, batch_size=args.batch // world_size, sampler=sampler)
 model = training.make_model().to(device)
-model = DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)
+model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
 losses = []
@@ -56,6 +59,7 @@ for epoch in range(args.epochs):
     if rank == 0:
         losses.append(training.full_loss(model, data, device))
         print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
+synchronize(device)  # on a GPU: wait for the queued kernels before reading the clock
 seconds = time.perf_counter() - start
 
 if rank == 0:  # only rank 0 writes: every rank holds the same weights
@@ -64,6 +68,4 @@ if rank == 0:  # only rank 0 writes: every rank holds the same weights
                          nodes=sorted(set(hosts)), hosts=hosts, backend=backend,
                          launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "srun")
     print(f"trained in {seconds:.2f} s", flush=True)
-del model  # DDP holds the process group: free it first, or gloo's threads outlive it and can abort the exit
-dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
-dist.destroy_process_group()
+leave()  # barrier, destroy_process_group, exit (hpcnb.distributed.leave says why not a plain return)

@@ -65,4 +65,6 @@ if hvd.rank() == 0:  # only rank 0 writes: every worker holds the same weights
                          nodes=sorted(set(hosts)), hosts=hosts, backend="gloo" if hvd.gloo_enabled() else "mpi",
                          launcher="horovodrun")
     print(f"trained in {seconds:.2f} s", flush=True)
-hvd.shutdown()
+hvd.shutdown()  # Horovod's own teardown: its background thread stops here
+sys.stdout.flush()
+os._exit(0)  # and none of torch's may abort Python's own teardown (hpcnb.distributed.leave)

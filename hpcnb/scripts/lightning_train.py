@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from hpcnb import training
+from hpcnb.distributed import leave
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NNODES", 1)))
@@ -135,8 +136,6 @@ if trainer.is_global_zero:  # only rank 0 writes: every rank holds the same weig
                          restarts=int(os.environ.get("SLURM_RESTART_COUNT", 0)))
     print(f"trained in {timer.seconds:.2f} s; final loss {training.full_loss(model.net, data):.4f}", flush=True)
 
-# Leave together, and close the process group before Python exits: a gloo process group still
-# open at exit (or a partner that already left) can abort the process ("terminate called ...").
-trainer.strategy.barrier()
-if torch.distributed.is_initialized():
-    torch.distributed.destroy_process_group()
+# Leave together, close the process group, and exit without Python's teardown, where gloo's threads
+# can still abort the process ("terminate called ..."): see hpcnb.distributed.leave
+leave()

@@ -11,7 +11,7 @@ Run one task per process under srun::
   (:func:`hpcnb.scaling.lr_scaling`, linear rule from ``--base-lr`` at ``--base-batch``).
 
 The model is an MLP on a synthetic classification task; gradients are averaged with
-``torch.nn.parallel.DistributedDataParallel`` (gloo on CPUs). Only the training loop is timed
+``torch.nn.parallel.DistributedDataParallel`` (NCCL on GPUs, gloo on CPUs). Only the training loop is timed
 (after ``--warmup`` untimed steps), in ``--blocks`` blocks between barriers; ``seconds`` is the
 fastest block's time per step times ``--steps`` (``wall_s`` the whole loop's plain time). Rank 0
 prints one line::
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
+from typing import NoReturn
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.scaling_train", description=__doc__.split("\n")[0])
     p.add_argument("--kind", choices=("strong", "weak"), default="strong")
     p.add_argument("--batch", type=int, default=1024,
@@ -47,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from hpcnb.distributed import init_process_group
+    from hpcnb.distributed import init_process_group, leave, pick_device, synchronize
     from hpcnb.scaling import global_batch, lr_scaling
 
     imported = time.time() - psutil.Process().create_time()
     torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
-    world = init_process_group()
+    world = init_process_group()  # NCCL on a GPU, gloo on the CPU
+    device = pick_device(world.local_rank)
     connected = time.time() - psutil.Process().create_time()
     rank, tasks = world.rank, world.world_size
     if args.kind == "strong":
@@ -67,11 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(0)
     data_x = torch.randn(16384, 128, generator=g)
     data_y = (data_x @ torch.randn(128, 10, generator=g)).argmax(dim=1)
+    data_x, data_y = data_x.to(device), data_y.to(device)  # the tensors live where the backend works
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts them)
     model = torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(args.hidden, 10))
-    ddp = DistributedDataParallel(model)
+                                torch.nn.Linear(args.hidden, 10)).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
 
     def step(i: int) -> float:
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for i in range(args.warmup):
         step(i)
+    synchronize(device)
     dist.barrier()
     t0 = time.perf_counter()
     startup = time.time() - psutil.Process().create_time()
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         tb = time.perf_counter()
         for i in range(first, last):
             step(i)
+        synchronize(device)  # the GPU's queued work is part of the block's time
         dist.barrier()
         pace.append((time.perf_counter() - tb) / (last - first))
     wall = time.perf_counter() - t0
@@ -112,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
               f"global_batch={gbatch} per_task_batch={per_task} lr={lr:g} loss={loss:.6f} "
               f"wall_s={wall:.4f} startup_s={startup:.2f} import_s={imported:.2f} connect_s={connected - imported:.2f} "
               f"job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
-    del ddp  # it holds the process group: free it before the group is destroyed
-    dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
-    dist.destroy_process_group()
-    return 0
-
+    leave()  # barrier, destroy the group, exit (see hpcnb.distributed.leave)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -23,9 +23,10 @@ import argparse
 import os
 import sys
 import time
+from typing import NoReturn
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.straggler_train", description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the statistics")
@@ -40,23 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from hpcnb.distributed import init_process_group
+    from hpcnb.distributed import init_process_group, leave, pick_device, synchronize
     from hpcnb.stragglers import find_stragglers, format_report, gather_step_times, save_times, step_line
 
     torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
-    world = init_process_group()
+    world = init_process_group()  # NCCL on a GPU, gloo on the CPU
+    device = pick_device(world.local_rank)
     rank, size = world.rank, world.world_size
     host = os.environ.get("SLURMD_NODENAME", "?")
 
     torch.manual_seed(0)  # same initial weights everywhere
     model = torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(args.hidden, 10))
+                                torch.nn.Linear(args.hidden, 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     params = list(model.parameters())
     g = torch.Generator().manual_seed(1000 + rank)  # each rank its own data
     x = torch.randn(args.batch, 128, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
+    x, y = x.to(device), y.to(device)
 
     compute, wait = [], []
     dist.barrier()
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
+        synchronize(device)  # the GPU's queued work belongs to this rank's compute time
         if args.simulate_slow_rank == rank:
             time.sleep((args.simulate_factor - 1) * (time.perf_counter() - t0))
         t1 = time.perf_counter()
@@ -76,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             q.grad.copy_(flat[offset:offset + q.numel()].view_as(q))
             offset += q.numel()
         opt.step()
+        synchronize(device)
         t2 = time.perf_counter()
         if step >= args.warmup:
             compute.append(t1 - t0)
@@ -97,10 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         if size >= 3:
             print(format_report(find_stragglers(times, {r: rec["host"] for r, rec in gathered.items()})), flush=True)
         print(f"wrote {args.out} ({size} ranks x {len(steps)} steps)", flush=True)
-    dist.barrier()  # leave together: a rank that quits while others still talk to it can crash them
-    dist.destroy_process_group()
-    return 0
-
+    leave()  # barrier, destroy the group, exit (see hpcnb.distributed.leave)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

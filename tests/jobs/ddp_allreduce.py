@@ -1,10 +1,9 @@
 """A 2-node DDP smoke job: every rank contributes its rank; rank 0 writes the sum."""
-import sys
 
 import torch
 import torch.distributed as dist
 
-from hpcnb.distributed import init_process_group
+from hpcnb.distributed import init_process_group, leave
 
 world = init_process_group(timeout_s=60)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
@@ -17,6 +16,4 @@ dist.all_reduce(grads[0])
 if world.rank == 0:
     print(f"world={world.world_size} nodes={world.num_nodes} master={world.master_addr}:{world.master_port} "
           f"sum={int(total.item())}", flush=True)
-del model  # DDP holds the process group: free it before it is destroyed
-dist.destroy_process_group()
-sys.exit(0)
+leave()  # barrier, destroy the group, exit without Python's teardown

@@ -1,6 +1,7 @@
 """A few deterministic DDP steps over gloo; rank 0 prints the result (the same on any Slurm)."""
 import os
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,7 @@ if rank == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"peers {sorted(peers)}", flush=True)
     print(f"weights {' '.join(f'{w:.5f}' for w in weights.tolist())}", flush=True)
-del model  # DDP holds the process group: free it before it is destroyed
 dist.barrier()  # nobody tears gloo down while another rank still talks to it
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # no interpreter teardown: gloo's threads can abort it (see hpcnb.distributed.leave)
