@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from .harness import JOBS, Norm, Side, compare, on_both, python
+from .harness import JOBS, Norm, Side, compare, on_both, python, settled_text
 
 
 LESSONS = {
@@ -50,7 +50,7 @@ def run_lesson(side: Side, name: str) -> dict:
     states = side.wait_done(job_id, wd, timeout=480)
     norm = Norm(side, [wd], [job_id])
     outputs = list(wd.glob(f"*-{job_id}.out"))
-    text = outputs[0].read_text() if outputs else "<no output file>"
+    text = (settled_text(outputs[0]) if outputs else None) or "<no output file>"
     lines = sorted(line for line in norm.text(text).splitlines() if not any(p.search(line) for p in NOISE))
     rows = side.ok(["sacct", "-P", "-n", "-j", str(job_id), "--format",
                     "JobID,JobName,State,ExitCode,NNodes,NTasks,AllocCPUS,NodeList"], wd).stdout.splitlines()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Norm, Side, compare, intentional, on_both
+from .harness import Norm, Side, compare, intentional, on_both, settled_text
 
 
 # exec: the batch step is the sleep itself. (With a shell running a step in between, what a real
@@ -151,7 +151,7 @@ def collect(long: LongJobs, name: str) -> dict:
     out = {"sacct": _rows(side, norm, job_id, wd), "scontrol": _scontrol(side, job_id, wd),
            # bash says "Terminated" if its foreground child dies of the time limit's SIGTERM before it does
            # itself: a race on both Slurms, so that line is left out
-           "output": sorted(line for line in norm.text((wd / "out.txt").read_text()).splitlines()
+           "output": sorted(line for line in norm.text(settled_text(wd / "out.txt") or "").splitlines()
                             if line != "Terminated"),
            "elapsed": _elapsed(side, job_id, wd)}
     if name == "signal" and (wd / "usr1.txt").exists():

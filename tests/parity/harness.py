@@ -228,6 +228,27 @@ class Side:
         return parse_keyvals(res.stdout)
 
 
+def settled_text(path: Path, quiet: float = 0.5, timeout: float = 15) -> str | None:
+    """A finished job's output file once nothing writes to it any more (None if there is none).
+
+    A job's end is recorded before every writer has let go of its output: a real srun forwards
+    its tasks' last lines and its own messages after slurmctld has the job's end, so a file read
+    at once can miss lines or catch one half written. Compared only once its size holds still."""
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            stat = None
+        now = (stat.st_size, stat.st_mtime_ns) if stat else None
+        if now == last:
+            break
+        last = now
+        time.sleep(quiet)
+    return path.read_text() if path.exists() else None
+
+
 def parse_keyvals(text: str) -> dict[str, str]:
     """``scontrol show`` output -> {key: value} (tokens split on spaces; ``Key=`` gives '')."""
     out: dict[str, str] = {}

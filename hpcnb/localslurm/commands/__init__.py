@@ -13,8 +13,12 @@ COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol"
 def run(name: str, argv: list[str]) -> int:
     """Run one command; a damaged state file or an interrupt gives a clear message, never a traceback."""
     for stream in (sys.stdout, sys.stderr):
-        try:  # names and paths may hold bytes that are not UTF-8: print them back as they came
-            stream.reconfigure(errors="surrogateescape")
+        # names and paths may hold bytes that are not UTF-8: print them back as they came; and
+        # one write per line, as Slurm's own logging does: an unbuffered print() (PYTHONUNBUFFERED)
+        # writes the text and its newline apart, and another process writing into the same job
+        # output file between the two splits the line (an extra empty line, a merged line)
+        try:
+            stream.reconfigure(errors="surrogateescape", line_buffering=True, write_through=False)
         except (AttributeError, ValueError):
             pass
     from ..procs import own_file_limits
