@@ -3,7 +3,7 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, real-slurm-up, real-slurm-down, clean.
+# Other targets: setup, test-parity (after real-slurm-up), real-slurm-up, real-slurm-down, clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
 #            where PyPI's default torch build is too large for you).
@@ -24,7 +24,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test real-slurm-up real-slurm-down clean
+.PHONY: help setup lab test test-parity real-slurm-up real-slurm-down clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -63,24 +63,37 @@ LAB_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: setup
 	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=. $(LAB_ROOT_FLAG) notebooks/
 
-# Every test.  pytest's exit code 5 means "no tests collected"; it is reported
-# but not treated as a failure, so that a suite part that is still empty
-# (e.g. no notebooks yet) does not break the run.
+# The tests.  pytest's exit code 5 means "no tests collected"; it is reported but not treated as
+# a failure, so that a suite part that is still empty does not break the run.  Nothing may hang:
+# every pytest run has a time limit (RUN_LIMIT s, then SIGTERM), every test one (pyproject.toml)
+# and every notebook cell one (CELL_LIMIT s); a failing cell shows the Slurm jobs at that moment.
+RUN_LIMIT ?= 1500
+CELL_LIMIT ?= 300
+PYTEST := HPCNB_SLURM=local timeout -k 30 $(RUN_LIMIT) $(VENV)/bin/python -m pytest
+NBVAL := -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	--nbval-cell-timeout=$(CELL_LIMIT) -p no:cacheprovider
 define pytest-cmd
 echo "== pytest $(1)"; \
-	rc=0; HPCNB_SLURM=local $(VENV)/bin/python -m pytest $(1) || rc=$$?; \
-	if [[ $$rc -eq 5 ]]; then echo "make test: WARNING: no tests collected by: pytest $(1)"; \
+	start=$$SECONDS; rc=0; $(PYTEST) $(1) || rc=$$?; \
+	echo "== pytest $(firstword $(2)) done in $$((SECONDS - start)) s (exit $$rc)"; \
+	if [[ $$rc -eq 124 ]]; then echo "make test: pytest ran past $(RUN_LIMIT) s and was stopped" >&2; exit $$rc; \
+	elif [[ $$rc -eq 5 ]]; then echo "make test: WARNING: no tests collected by: pytest $(1)"; \
 	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
 endef
 define pytest
-	@$(call pytest-cmd,$(1))
+	@$(call pytest-cmd,$(1),$(2))
 endef
 
+# make test: the unit tests on the local Slurm, then every lesson and solution notebook (nbval).
 test: setup
-	$(call pytest,-n 2 --dist loadfile tests)
+	$(call pytest,-n 2 --dist loadfile --durations=15 --ignore=tests/parity tests,tests)
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
-	 $(call pytest-cmd,-n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks solutions)
+	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
+
+# make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
+test-parity: setup
+	$(call pytest,--durations=10 tests/parity,parity)
 
 real-slurm-up:
 	bash ci/real-slurm.sh up

@@ -91,14 +91,16 @@ def test_array_throttle_and_squeue_collapse(workdir: Path) -> None:
 
 
 def test_dependencies(workdir: Path) -> None:
-    first = submit("--wrap", "sleep 0.5")
+    first = submit("--wrap", "sleep 2")  # still running when squeue looks, even on a loaded machine
     ok = submit(f"--dependency=afterok:{first}", "--wrap", "true")
     notok = submit(f"--dependency=afternotok:{first}", "--wrap", "true")
-    assert squeue_field(ok, "%r") == "Dependency"
-    assert wait_state(ok, ("COMPLETED",)) == "COMPLETED"
-    time.sleep(0.3)
-    assert squeue_field(notok, "%T %r") == "PENDING DependencyNeverSatisfied"
-    run(["scancel", str(notok)])
+    try:
+        assert squeue_field(ok, "%r") == "Dependency"  # from submission on, as slurmctld sets it
+        assert wait_state(ok, ("COMPLETED",)) == "COMPLETED"
+        time.sleep(0.3)
+        assert squeue_field(notok, "%T %r") == "PENDING DependencyNeverSatisfied"
+    finally:
+        run(["scancel", str(notok)])  # never left pending for the tests after this one
     assert state(notok).startswith("CANCELLED")
     name = "single"
     one = submit("-J", name, "--wrap", "sleep 0.5")

@@ -118,10 +118,10 @@ def queue_jobs(
                 conn.execute(
                     "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
                     "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
-                    "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', 'None', ?,?,?,?,?,?,?)",
+                    "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', ?, ?,?,?,?,?,?,?)",
                     (
                         job_id, base if task is not None else None, task, throttle, db_text(name), user,
-                        os.getuid(), db_text(req.account), partition, kind, now, max(now, req.begin or now), time_limit,
+                        os.getuid(), db_text(req.account), partition, kind, _first_reason(req, now), now, max(now, req.begin or now), time_limit,
                         1 if req.hold else 0, json.dumps(data), owner_pid, _ctime(owner_pid),
                     ),
                 )
@@ -148,6 +148,16 @@ def _store_script(job_id: int, script: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "wb") as fh:
         fh.write(script)
+
+
+def _first_reason(req: JobRequest, now: float) -> str:
+    """The reason squeue shows before the first scheduling pass: slurmctld sets it at submission
+    (a held job, a dependency, a begin time), so it never shows None in between."""
+    if req.hold:
+        return "JobHeldUser"
+    if req.dependency:
+        return "Dependency"
+    return "BeginTime" if (req.begin or now) > now else "None"
 
 
 def _ctime(pid: int | None) -> float | None:

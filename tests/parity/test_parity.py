@@ -11,8 +11,8 @@ live in the cases_*.py modules and are collected here, in this one module, in th
   cases_5_lessons  lesson-level jobs: torch DDP (gloo), Lightning DDP, horovodrun --gloo
   cases_9_long     TIMEOUT, --signal, requeue (started when the session starts, collected last)
 
-One module, so that ``pytest -n 2 --dist loadfile`` (make test) gives the whole suite to one
-worker: cases running side by side would change which node a job gets. Every test needs the real
+One module, run in one process (``make test-parity``): cases running side by side would change
+which node a job gets. Every test needs the real
 Slurm of ``ci/real-slurm.sh up`` and is skipped, with the reason, without it. The table of
 results: ``python -m tests.parity.report`` and test-artifacts/parity.md.
 """

@@ -1,0 +1,35 @@
+"""pytest hooks for every run from the repository root (the notebooks under nbval included).
+
+A lesson cell that fails or times out under nbval reports the Slurm jobs as they were at that
+moment (squeue and the last hour's sacct), so a stuck job shows its state next to the cell.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+JOB_VIEWS = (
+    ["squeue", "-a", "-o", "%.10i %.14j %.9T %.10M %.10l %.6D %R"],
+    ["sacct", "-X", "-S", "now-1hours", "-o", "JobID%12,JobName%14,State%12,ExitCode,Elapsed,NodeList%12"],
+)
+
+
+def slurm_snapshot() -> str:
+    """What squeue and sacct say now (each bounded to 15 s; an error is reported, not raised)."""
+    parts = []
+    for argv in JOB_VIEWS:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+            parts.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as err:
+            parts.append(f"$ {' '.join(argv)}\n(failed: {err})")
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and type(item).__name__ == "IPyNbCell":
+        report.sections.append(("Slurm jobs when the cell failed", slurm_snapshot()))
