@@ -1,18 +1,21 @@
 """Which Slurm the course talks to — a real one or the embedded local one — and how to reach it.
 
-``HPCNB_SLURM=local|real|auto`` (default auto: a real Slurm on PATH with a config wins).
+``HPCNB_SLURM=local|real|auto`` (default auto: a real Slurm whose controller answers wins).
 The job API only ever runs Slurm's commands, with PATH arranged by :func:`slurm_env`.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 LOCAL_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
-_REAL_CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf")
 
 # PYTHONCOERCECLOCALE=0: Python must not add LC_CTYPE to the environment jobs inherit.
 _WRAPPER = """#!/usr/bin/env -S PYTHONCOERCECLOCALE=0 HPCNB_WRAPPER=1 {python}
@@ -30,8 +33,6 @@ sys.exit(run({name!r}, sys.argv[1:]))
 def local_bin_dir() -> Path:
     """The folder holding the local Slurm's commands, (re)written for this Python if needed."""
     import hashlib
-
-    import platformdirs
 
     tag = hashlib.sha1(sys.executable.encode()).hexdigest()[:10]
     folder = Path(os.environ.get("HPCNB_BIN_DIR") or Path(platformdirs.user_data_dir("hpcnb")) / f"bin-{tag}")
@@ -52,26 +53,96 @@ def _path_without(folder: Path, path: str) -> str:
     return os.pathsep.join(p for p in path.split(os.pathsep) if p and Path(p) != folder)
 
 
-def real_slurm_present(path: str | None = None) -> bool:
-    """A real Slurm: its sbatch on PATH (not ours) and a configuration to talk to."""
-    import platformdirs
+#: Where a real Slurm lives when a kernel's PATH lacks it (AWS ParallelCluster: /opt/slurm).
+EXTRA_REAL_BINS = ("/opt/slurm/bin",)
+PING_TIMEOUT_S = 5.0
 
-    ours = Path(platformdirs.user_data_dir("hpcnb"))
-    found = shutil.which("sbatch", path=path if path is not None else os.environ.get("PATH", ""))
-    if not found or Path(found).resolve().is_relative_to(ours.resolve()):
-        return False
-    return bool(os.environ.get("SLURM_CONF")) or any(os.path.exists(p) for p in _REAL_CONFIGS)
+
+@dataclass(frozen=True)
+class Choice:
+    """Which Slurm the course uses, and why (``hpcnb which-slurm`` prints both)."""
+
+    slurm: str  # "local" or "real"
+    why: str
+    real_bin: str | None = None  # the real Slurm's command folder, when one answered
+
+
+def real_slurm(path: str) -> tuple[str | None, str]:
+    """(the folder of a real Slurm whose controller answers, or None; why). A real Slurm is an
+    ``sbatch`` on ``path`` (or in /opt/slurm/bin) that is not ours and whose ``scontrol ping``
+    says UP: configless sites (no slurm.conf on the login node) and /opt/slurm included."""
+    ours = Path(platformdirs.user_data_dir("hpcnb")).resolve()
+    folders = [*path.split(os.pathsep), *EXTRA_REAL_BINS]
+    for folder in folders:
+        sbatch = shutil.which("sbatch", path=folder) if folder else None
+        if sbatch and not Path(sbatch).resolve().is_relative_to(ours):
+            break
+    else:
+        return None, "no sbatch on PATH (nor in /opt/slurm/bin)"
+    bin_dir = str(Path(sbatch).parent)
+    try:
+        ping = subprocess.run([os.path.join(bin_dir, "scontrol"), "ping"], capture_output=True, text=True,
+                              timeout=PING_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"{sbatch} is there, but `scontrol ping` did not answer ({err})"
+    if ping.returncode == 0 and " is UP" in ping.stdout:
+        return bin_dir, f"{sbatch}: `scontrol ping` says {ping.stdout.strip().splitlines()[0]}"
+    said = (ping.stdout + ping.stderr).strip().splitlines()
+    return None, f"{sbatch} is there, but `scontrol ping` says: {said[0] if said else f'exit {ping.returncode}'}"
+
+
+def real_slurm_present(path: str | None = None) -> bool:
+    """Is a real Slurm reachable (see :func:`real_slurm`)?"""
+    return real_slurm(os.environ.get("PATH", "") if path is None else path)[0] is not None
+
+
+def choose_slurm() -> Choice:
+    """The Slurm to use, following HPCNB_SLURM (local | real | auto), with the reason.
+    ``auto`` asks a real Slurm's controller once per process and PATH (see :func:`real_slurm`)."""
+    choice = os.environ.get("HPCNB_SLURM", "auto").strip().lower()
+    path = _path_without(local_bin_dir(), os.environ.get("PATH", ""))
+    if choice == "local":
+        return Choice("local", "HPCNB_SLURM=local")
+    if choice == "real":
+        return Choice("real", "HPCNB_SLURM=real", _cached_real(path)[0])
+    if choice not in ("", "auto"):
+        raise ValueError(f"HPCNB_SLURM={choice!r} is not valid: use local, real or auto")
+    bin_dir, why = _cached_real(path)
+    if bin_dir:
+        return Choice("real", f"HPCNB_SLURM=auto and a real Slurm answers: {why}", bin_dir)
+    return Choice("local", f"HPCNB_SLURM=auto and no real Slurm answers ({why}): the embedded local Slurm")
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_real(path: str) -> tuple[str | None, str]:
+    return real_slurm(path)
 
 
 def which_slurm() -> str:
     """'local' or 'real', following HPCNB_SLURM (local | real | auto)."""
-    choice = os.environ.get("HPCNB_SLURM", "auto").strip().lower()
-    if choice in ("local", "real"):
-        return choice
-    if choice not in ("", "auto"):
-        raise ValueError(f"HPCNB_SLURM={choice!r} is not valid: use local, real or auto")
-    folder = local_bin_dir()
-    return "real" if real_slurm_present(_path_without(folder, os.environ.get("PATH", ""))) else "local"
+    return choose_slurm().slurm
+
+
+#: Variables a job sets for its own processes; a job submitted from inside another (a notebook
+#: server that is itself a Slurm job, as on every portal) must not inherit them.
+JOB_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
+#: ... except what a site sets on purpose for every command.
+SITE_VARIABLES = frozenset({"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT", "SLURM_HINT_DEFAULT"})
+_told_once: list[bool] = []
+
+
+def without_job_variables(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less the variables of the job it runs in (``SLURM_JOB_ID``, ``SLURM_MEM_PER_NODE``,
+    ``SLURM_CPUS_PER_TASK``, ...), so that a job submitted from a notebook running inside a job
+    gets what one submitted from a login shell gets. Says so once per process."""
+    if "SLURM_JOB_ID" not in env:
+        return env
+    dropped = sorted(k for k in env if k.startswith(JOB_VARIABLE_PREFIXES) and k not in SITE_VARIABLES)
+    if not _told_once:
+        _told_once.append(True)
+        print(f"hpcnb: this notebook runs inside Slurm job {env['SLURM_JOB_ID']}; jobs it submits do not "
+              f"inherit that job's {len(dropped)} SLURM_*/SBATCH_*/SRUN_* variables", file=sys.stderr)
+    return {k: v for k, v in env.items() if k not in dropped}
 
 
 def slurm_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -79,8 +150,20 @@ def slurm_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     folder = local_bin_dir()
     rest = _path_without(folder, env.get("PATH", os.defpath))
-    env["PATH"] = f"{folder}{os.pathsep}{rest}" if which_slurm() == "local" else rest
+    choice = choose_slurm()
+    if choice.slurm == "local":
+        env["PATH"] = f"{folder}{os.pathsep}{rest}"
+    elif choice.real_bin and choice.real_bin not in rest.split(os.pathsep):
+        env["PATH"] = f"{rest}{os.pathsep}{choice.real_bin}"
+    else:
+        env["PATH"] = rest
     return env
+
+
+def submit_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """:func:`slurm_env` for a command that starts a new job (sbatch, salloc): without the
+    variables of the job the caller runs in."""
+    return without_job_variables(slurm_env(env))
 
 
 def run(args: list[str], check: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess[str]:

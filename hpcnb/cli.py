@@ -1,7 +1,7 @@
 """The ``hpcnb`` command: local Slurm management, the course kernel, and the linter.
 
   hpcnb slurm-path                 print the folder holding the local Slurm's commands
-  hpcnb which-slurm                print which Slurm the course uses (local or real)
+  hpcnb which-slurm                which Slurm the course uses (local or real), and why
   hpcnb slurm status|stop          the local Slurm's controller
   hpcnb slurm reset [--profile P]  forget all jobs (and switch the emulated site)
   hpcnb slurm recover              keep a damaged state file aside and start a fresh one
@@ -27,9 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         print(local_bin_dir())
         return 0
     if command == "which-slurm":
-        from hpcnb.backend import which_slurm
+        from hpcnb.backend import choose_slurm
 
-        print(which_slurm())
+        choice = choose_slurm()
+        print(choice.slurm)
+        print(f"  why: {choice.why}")
         return 0
     if command == "slurm":
         from hpcnb.localslurm.admin import main as admin

@@ -157,11 +157,12 @@ def _summarize(states: Iterable[str]) -> str:
 def _slurm(args: list[str], *, cwd: Path | None = None, input: str | None = None,
            timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run one Slurm command (an argument list, no shell) with the chosen Slurm first on PATH."""
-    from hpcnb.backend import slurm_env, which_slurm
+    from hpcnb.backend import slurm_env, submit_env, which_slurm
 
+    env = submit_env() if args[0] in ("sbatch", "salloc") else slurm_env()  # a new job starts clean
     try:
         return subprocess.run(
-            args, env=slurm_env(), cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout,
+            args, env=env, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout,
             stdin=subprocess.DEVNULL if input is None else None,
         )
     except FileNotFoundError:
