@@ -91,16 +91,18 @@ def test_array_throttle_and_squeue_collapse(workdir: Path) -> None:
 
 
 def test_dependencies(workdir: Path) -> None:
-    first = submit("--wrap", "sleep 2")  # still running when squeue looks, even on a loaded machine
+    first = submit("--wrap", "until [ -e go ]; do sleep 0.05; done")  # runs until the test lets it end
     ok = submit(f"--dependency=afterok:{first}", "--wrap", "true")
     notok = submit(f"--dependency=afternotok:{first}", "--wrap", "true")
     try:
         assert squeue_field(ok, "%r") == "Dependency"  # from submission on, as slurmctld sets it
+        (workdir / "go").touch()
         assert wait_state(ok, ("COMPLETED",)) == "COMPLETED"
         time.sleep(0.3)
         assert squeue_field(notok, "%T %r") == "PENDING DependencyNeverSatisfied"
-    finally:
-        run(["scancel", str(notok)])  # never left pending for the tests after this one
+    finally:  # nothing left running or pending for the tests after this one
+        (workdir / "go").touch()
+        run(["scancel", str(notok)])
     assert state(notok).startswith("CANCELLED")
     name = "single"
     one = submit("-J", name, "--wrap", "sleep 0.5")

@@ -8,6 +8,7 @@ step the srun (a subreaper) killed every descendant, the controller and the supe
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,3 +61,14 @@ def test_first_submissions_together_never_node_fail(tmp_path: Path, round_: int)
     finally:
         instance.stop_everything()
         time.sleep(0.1)
+
+
+def test_a_finished_jobs_environment_is_dropped(slurm: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The submitter's whole environment (tokens included) is kept only while the job needs it."""
+    env = {**slurm.env, "HPCNB_TEST_TOKEN": "secret-value", "HPCNB_ENV_KEPT_AFTER_END": "1"}
+    done = slurm.run("sbatch", "--parsable", "--wait", "-o", "/dev/null", "--wrap", "true", env=env)
+    job_id = int(done.stdout.split(";")[0])
+    slurm.run("sbatch", "--wait", "-o", "/dev/null", "--wrap", "sleep 3", env=env)  # the controller looks each second
+    req = slurm.db_rows("SELECT req FROM jobs WHERE id=?", (job_id,))[0][0]
+    assert "secret-value" not in req and '"env"' not in req
+    assert slurm.run("sacct", "-j", str(job_id), "-X", "-n", "-o", "State").stdout.split() == ["COMPLETED"]

@@ -36,6 +36,8 @@ RESCHEDULE_S = 5.0  # a scheduling pass at least this often, even when nothing w
 # how long a scheduled job may wait for its supervisor to claim it before it counts as never launched
 LAUNCH_GRACE_S = float(os.environ.get("HPCNB_LAUNCH_GRACE", "10"))
 LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
+# a finished job's stored environment is dropped this long after its end
+ENV_KEPT_AFTER_END_S = float(os.environ.get("HPCNB_ENV_KEPT_AFTER_END", "60"))
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
 
 
@@ -216,6 +218,7 @@ class Controller:
                 if now >= next_check:
                     next_check = now + CHECK_EVERY_S
                     busy, changed = self._check_liveness()
+                    self._forget_environments(now)
                     if changed:
                         next_pass = 0.0
                     if busy:
@@ -362,6 +365,20 @@ class Controller:
             self._fail(job, now)
             changed = True
         return busy, changed
+
+    def _forget_environments(self, now: float) -> None:
+        """Drop the stored environment (tokens, keys: the submitter's whole ``env``) of every job
+        that ended since the last look; nothing reads it after the end. ``env_dropped_until`` in
+        the meta table keeps each look to the jobs that ended since the one before (end_time is
+        indexed), so the cost does not grow with history."""
+        since = float(db.get_meta(self.conn, "env_dropped_until", "0") or 0)
+        until = now - ENV_KEPT_AFTER_END_S  # an end whose transaction waited for the lock is still seen
+        if until <= since:
+            return
+        with db.transaction(self.conn):
+            self.conn.execute("UPDATE jobs SET req=json_remove(req, '$.env') WHERE end_time > ? AND end_time <= ?",
+                              (since, until))
+            db.set_meta(self.conn, "env_dropped_until", repr(until))
 
     def _requeue_unlaunched(self, job: dict, now: float) -> bool:
         with db.transaction(self.conn):

@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     control TEXT, max_rss INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
+CREATE INDEX IF NOT EXISTS jobs_submit ON jobs(submit_time);
+CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id, array_task_id);
 CREATE TABLE IF NOT EXISTS steps (
     job_id INTEGER NOT NULL, step TEXT NOT NULL, name TEXT NOT NULL,
     state TEXT NOT NULL, start_time REAL NOT NULL, end_time REAL,

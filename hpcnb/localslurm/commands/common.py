@@ -91,10 +91,11 @@ def int_ranges(values: list[int]) -> str:
     return ",".join(out)
 
 
-def select_jobs(conn, ids_text: str | None) -> list[dict]:
-    """Jobs named by ``-j`` (ids, ``A_B`` array tasks, ``A`` whole arrays), or all."""
-    if not ids_text:
-        return db.jobs_where(conn)
+def select_jobs(conn, ids_text: str | None, where: str = "1", params: tuple = ()) -> list[dict]:
+    """Jobs named by ``-j`` (ids, ``A_B`` array tasks, ``A`` whole arrays), or those matching
+    ``where`` (SQL on indexed columns: nothing a command does reads every job ever run)."""
+    if not ids_text:  # "+id": sort afterwards, so SQLite searches the indexes instead of scanning by id
+        return db.jobs_where(conn, where, params, order="+id")
     wanted: list[dict] = []
     for token in ids_text.replace(" ", ",").split(","):
         if not token:

@@ -183,11 +183,11 @@ def main(argv: list[str]) -> int:
         print("\n".join(" ".join(f"{n:<19}" for n in names[i:i + 4]).rstrip() for i in range(0, len(names), 4)))
         return 0
     conn, cluster = open_cluster()
-    fields, ids, steps, sep, trail, show_header = DEFAULT_FIELDS, None, True, None, False, True
+    chosen, ids, steps, sep, trail, show_header = [], None, True, None, False, True
     states = names = None
-    for opt, val in opts:
+    for opt, val in opts:  # -j and -o add up, as in sacct 22.05 (submitit passes one -j per job)
         if opt in ("-j", "--jobs"):
-            ids = val
+            ids = f"{ids},{val}" if ids else val
         elif opt in ("-X", "--allocations"):
             steps = False
         elif opt in ("-P", "--parsable2"):
@@ -197,13 +197,14 @@ def main(argv: list[str]) -> int:
         elif opt in ("-n", "--noheader"):
             show_header = False
         elif opt in ("-o", "--format"):
-            fields = val
+            chosen.append(val)
         elif opt in ("-s", "--state"):
             states = {STATE_CODES.get(s.upper(), s.upper()) for s in val.split(",")}
         elif opt == "--name":
             names = set(val.split(","))
-        elif opt in ("-b", "--brief"):
-            fields = "JobID,State,ExitCode"
+    if any(opt in ("-b", "--brief") for opt, _ in opts):
+        chosen.append("JobID,State,ExitCode")  # after any -o fields
+    fields = ",".join(chosen) or DEFAULT_FIELDS
     columns = []
     for item in fields.split(","):
         if not item.strip():
@@ -227,11 +228,10 @@ def main(argv: list[str]) -> int:
             if dot and job not in plain:
                 only_steps.setdefault(job, set()).add(step)
         ids = ",".join(job for job, _, _ in tokens)
-    jobs = select_jobs(conn, ids)
-    if ids is None:
-        midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
-        me = getpass.getuser()
-        jobs = [j for j in jobs if (j["submit_time"] >= midnight or j["end_time"] is None) and j["user"] == me]
+    # without -j: the caller's jobs since midnight, and any still running (sacct's default window)
+    midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
+    jobs = select_jobs(conn, ids, "(submit_time >= ? OR end_time IS NULL) AND user = ?",
+                       (midnight, getpass.getuser()))
     jobs.sort(key=lambda j: (j["array_job_id"] if j["array_job_id"] is not None else j["id"], j["array_task_id"] or 0))
     rows = []
     for job in jobs:

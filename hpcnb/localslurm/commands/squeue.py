@@ -16,6 +16,7 @@ HEADERS = {
     "r": "REASON", "C": "CPUS", "b": "TRES_PER_NODE", "S": "START_TIME", "e": "END_TIME", "V": "SUBMIT_TIME",
     "Q": "PRIORITY", "E": "DEPENDENCY", "a": "ACCOUNT", "k": "COMMENT", "m": "MIN_MEMORY", "q": "QOS",
     "Z": "WORK_DIR", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "o": "COMMAND", "c": "MIN_CPUS",
+    "B": "EXEC_HOST",
 }
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
 VALID_STATES = (  # as squeue 22.05 lists them when -t names something else
@@ -69,7 +70,16 @@ def fields(job: dict, cluster, now: float, conn=None) -> dict:
         "K": lambda: str(job["array_task_id"]) if job["array_task_id"] is not None else "N/A",
         "o": lambda: "(null)" if req.get("wrap") is not None else req.get("script_path") or "(null)",
         "c": lambda: str(req["cpus_per_task"] or 1),
+        "B": lambda: exec_host(job),
     }
+
+
+def exec_host(job: dict) -> str:
+    """squeue %B (22.05 print.c): a batch job's batch host (the first node; ``n/a`` before it has
+    one), any other job's alloc_node (the host it was submitted from)."""
+    if job["kind"] != "batch":
+        return job["req"]["submit_host"] or "n/a"
+    return job["alloc"][0]["node"] if job["alloc"] else "n/a"
 
 
 def collapse_arrays(jobs: list[dict]) -> list[dict]:
@@ -134,7 +144,9 @@ def main(argv: list[str]) -> int:
         elif opt in ("-l", "--long"):
             fmt, long_listing = LONG_FORMAT, True
     now = time.time()
-    jobs = select_jobs(conn, job_ids)
+    # what slurmctld still holds: jobs not ended, or ended less than MinJobAge ago
+    jobs = select_jobs(conn, job_ids, "end_time IS NULL OR end_time > ?", (now - MIN_JOB_AGE_S,))
+    jobs = [j for j in jobs if not j["end_time"] or now - j["end_time"] <= MIN_JOB_AGE_S]  # not purged yet
     if job_ids and not jobs:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
@@ -143,8 +155,6 @@ def main(argv: list[str]) -> int:
         states = {codes.get(s, s) for s in states}
     visible = []
     for job in jobs:
-        if job["end_time"] and now - job["end_time"] > MIN_JOB_AGE_S:
-            continue
         if states is None and not job_ids and job["state"] not in ACTIVE:
             continue
         if states and "ALL" not in states and job["state"] not in states:
