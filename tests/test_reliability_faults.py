@@ -53,7 +53,8 @@ def assert_lock_not_stale(slurm: Slurm, dead: int) -> None:
 
 def test_controller_killed_while_jobs_run_and_pend(slurm: Slurm, tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
-    ids = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, sleep=2)) for _ in range(7)]
+    # 5 s each: the first four still run when the seventh is queued, even on a loaded machine
+    ids = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, sleep=5)) for _ in range(7)]
     end = time.time() + 20
     while sorted(slurm.db_states().values()).count("RUNNING") < 4 and time.time() < end:
         time.sleep(0.05)
