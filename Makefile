@@ -86,7 +86,7 @@ endef
 
 # make test: the unit tests on the local Slurm, then every lesson and solution notebook (nbval).
 test: setup
-	$(call pytest,-n 2 --dist loadfile --durations=15 --ignore=tests/parity tests,tests)
+	$(call pytest,-n 2 --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
 	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
