@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcnb.slurm_options import check_text, format_slurm_time, suggest
+
 if TYPE_CHECKING:
     from hpcnb.jobscript import JobScript
 
@@ -49,7 +51,7 @@ FINISHED_STATES = frozenset({
 })
 ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
 COMMAND_TIMEOUT_S = 60.0
-_JOB_ID = re.compile(r"\d+(?:_\d+)?")
+_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _OPTION_ALIASES = {"name": "job-name"}  # as in hpcnb.jobscript.JobScript
 
 
@@ -183,28 +185,33 @@ def _checked(args: list[str], **kw: Any) -> str:
 
 # ----------------------------------------------------------------------------- submit
 
+_OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
+
+
 def _option_args(options: Mapping[str, Any]) -> list[str]:
     """``ntasks_per_node=2`` -> ``--ntasks-per-node=2``; True -> a bare flag; None/False -> left out."""
     out: list[str] = []
     for key, value in options.items():
+        if not _OPTION_KEY.match(key):
+            raise ValueError(f"submit({key!r}=...): not an sbatch option name (letters, digits, '_' and '-')")
         if value is None or value is False:
             continue
+        text = "" if value is True else _option_value(key, value)
         if len(key) == 1:
-            out += [f"-{key}"] if value is True else [f"-{key}", _option_value(value)]
+            out += [f"-{key}"] if value is True else [f"-{key}", text]
             continue
         flag = "--" + _OPTION_ALIASES.get(key, key).replace("_", "-")
-        out.append(flag if value is True else f"{flag}={_option_value(value)}")
+        out.append(flag if value is True else f"{flag}={text}")
     return out
 
 
-def _option_value(value: Any) -> str:
+def _option_value(key: str, value: Any) -> str:
+    """The option's text (timedelta -> Slurm time, lists comma-joined), refused if it holds a control character."""
     if isinstance(value, timedelta):
-        from hpcnb.slurm_options import format_slurm_time
-
-        return format_slurm_time(int(value.total_seconds()))
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        value = format_slurm_time(int(value.total_seconds()))
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        value = ",".join(str(v) for v in value)
+    return check_text(value, f"submit({key}=...)", where="an sbatch option")
 
 
 def _hint(stderr: str, options: Mapping[str, Any]) -> str:
@@ -216,8 +223,6 @@ def _hint(stderr: str, options: Mapping[str, Any]) -> str:
     key = next((k for k in options if _OPTION_ALIASES.get(k, k).replace("_", "-") == flag), None)
     if key is None:
         return ""
-    from hpcnb.slurm_options import suggest
-
     close = suggest(flag, "sbatch")
     fix = f"; did you mean {close.replace('-', '_')}=...?" if close else "; see `sbatch --help` for the options"
     return f"\n(submit({key}=...) became --{flag}{fix})"
@@ -261,13 +266,14 @@ def submit(
     workdir = Path(cwd) if cwd is not None else Path.cwd()
     if not workdir.is_dir():
         raise NotADirectoryError(f"submit(cwd={str(workdir)!r}): no such directory")
-    extra = [str(a) for a in args]
+    extra = [check_text(a, f"submit(args[{i}])", where="a command-line argument") for i, a in enumerate(args)]
     argv = ["sbatch", "--parsable", *_option_args(options)]
     stdin_text = None
     script_path: Path | None = None
     if wrap is not None:
         if extra:
             raise ValueError("submit(wrap=...) takes no args=: put the arguments into the wrap command itself")
+        wrap = check_text(wrap, "submit(wrap=...)", multiline=True, where="the wrap command")
         argv.append(f"--wrap={wrap}")
     elif isinstance(script, JobScript):
         script_path = _write_script(script, workdir)
@@ -278,8 +284,9 @@ def submit(
                              "pass it arguments; write the script to a file or use JobScript")
         stdin_text = script
     else:
-        script_path = workdir / Path(script)  # type: ignore[arg-type]
-        argv += [os.fspath(script), *extra]  # type: ignore[arg-type]
+        path = check_text(os.fspath(script), "submit(script)", where="the sbatch command line")  # type: ignore[arg-type]
+        script_path = workdir / path
+        argv += [path, *extra]
     res = _slurm(argv, cwd=workdir, input=stdin_text)
     if res.returncode != 0:
         text = res.stderr.strip() or res.stdout.strip() or f"sbatch exited with {res.returncode}"
@@ -357,7 +364,7 @@ def queue(user: str | None = None) -> list[QueueRow]:
     """The jobs squeue shows (everyone's, like squeue; ``user=`` for one user's)."""
     argv = ["squeue", "-h", "-o", _QUEUE_FORMAT]
     if user:
-        argv += ["-u", user]
+        argv += ["-u", check_text(user, "queue(user)", where="the squeue command line")]
     rows = []
     for line in _checked(argv).splitlines():
         parts = line.split("|", 9)

@@ -8,7 +8,7 @@ checked against the real sbatch 22.05.8 with ``sbatch -vvv``):
   indented ``#SBATCH`` are plain comments).  No space is needed after it.
 * Reading stops at the first line that is neither blank nor a comment; later
   ``#SBATCH`` lines are ignored.
-* Each directive line is split into words at whitespace; ``'`` and ``"``
+* Each directive line is split into words at (ASCII) whitespace; ``'`` and ``"``
   quote (``--comment="a b"`` gives ``--comment=a b``), a backslash makes the
   next character literal (but an escaped space still ends the word), and an
   unquoted, unescaped ``#`` ends the line: ``--job-name=x#y`` gives ``x``.
@@ -27,6 +27,7 @@ from typing import Any
 from hpcnb.slurm_options import (
     OPTIONS,
     OptionSpec,
+    check_text,
     lookup,
     match_long,
     short_options,
@@ -46,6 +47,8 @@ _LEGACY_PREFIX = "#SLURM"
 _LEGACY_MESSAGE = (
     "error: Change from #SLURM to #SBATCH in your script and verify the options are valid in sbatch"
 )
+#: C's isspace() as sbatch uses it: Unicode spaces such as U+00A0 are word characters to sbatch.
+_BLANKS = " \t\n\v\f\r"
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def tokenize_directive(rest: str) -> list[str]:
     pos, n = 0, len(rest)
     while True:
         start = pos
-        while pos < n and rest[pos].isspace():
+        while pos < n and rest[pos] in _BLANKS:
             pos += 1
         if pos >= n:
             return words
@@ -119,7 +122,7 @@ def tokenize_directive(rest: str) -> list[str]:
         out: list[str] = []
         quote = ""
         escape = False
-        while pos < n and (quote or not rest[pos].isspace()):
+        while pos < n and (quote or rest[pos] not in _BLANKS):
             ch = rest[pos]
             if escape:
                 escape = False
@@ -148,7 +151,7 @@ def tokenize_directive(rest: str) -> list[str]:
 
 
 def _is_command(line: str) -> bool:
-    stripped = line.lstrip()
+    stripped = line.lstrip(_BLANKS)
     return bool(stripped) and not stripped.startswith("#")
 
 
@@ -332,6 +335,17 @@ def _spec_for(option: str) -> OptionSpec:
     return spec
 
 
+def _field_name(long: str) -> str:
+    """How messages name the field behind option ``long``: ``JobScript.name``, ``JobScript.extra['comment']``."""
+    attr = _BY_LONG.get(long)
+    return f"JobScript.{attr}" if attr else f"JobScript.extra[{long!r}]"
+
+
+def _check_command(index: int, command: str) -> None:
+    """A body command may span lines, but carries no other control character."""
+    check_text(command, f"JobScript.commands[{index}]", multiline=True, where="the job script")
+
+
 def _quote(value: str) -> str:
     if value == "":
         raise ValueError("sbatch cannot read an empty directive value")
@@ -370,32 +384,44 @@ class JobScript:
         extra, self.extra = self.extra or {}, {}
         for option, value in extra.items():
             self.set(option, value)
+        self.validate()
 
     def set(self, option: str, value: Any) -> JobScript:
         """Set any sbatch option; ``True`` for a flag, ``None``/``False`` removes it."""
         spec = _spec_for(option)
         long = _canonical(spec.long)
-        if long in _BY_LONG:
-            attr = _BY_LONG[long]
+        attr = _BY_LONG.get(long)
+        if value is True and spec.arg == "required":
+            raise ValueError(f"--{long} requires a value")
+        if value is not None and not isinstance(value, bool):
+            if spec.arg == "none":
+                raise ValueError(f"--{long} takes no value")
+            check_text(value, _field_name(long))
+        if attr is not None:
             setattr(self, attr, bool(value) if attr == "requeue" else (None if value is False else value))
             return self
         assert self.extra is not None
         if value is None or value is False:
             self.extra.pop(long, None)
-        elif value is True:
-            if spec.arg == "required":
-                raise ValueError(f"--{long} requires a value")
-            self.extra[long] = True
         else:
-            if spec.arg == "none":
-                raise ValueError(f"--{long} takes no value")
             self.extra[long] = value
         return self
 
     def add(self, *commands: str) -> JobScript:
-        """Append command lines to the body."""
+        """Append command lines to the body (a command may span several lines)."""
+        for i, command in enumerate(commands, start=len(self.commands)):
+            _check_command(i, command)
         self.commands.extend(commands)
         return self
+
+    def validate(self) -> None:
+        """Refuse values that would break out of their line: see :func:`~hpcnb.slurm_options.check_text`."""
+        check_text(self.shell, "JobScript.shell", where="the #! line")
+        for long, value in self.options():
+            if value is not None:
+                check_text(value, _field_name(long))
+        for i, command in enumerate(self.commands):
+            _check_command(i, command)
 
     def options(self) -> list[tuple[str, str | None]]:
         """(long option, value or None for a flag) in render order."""
@@ -412,7 +438,12 @@ class JobScript:
         return out
 
     def render(self) -> str:
-        """The script text: shebang, one ``#SBATCH --opt=value`` per option, blank line, commands."""
+        """The script text: shebang, one ``#SBATCH --opt=value`` per option, blank line, commands.
+
+        Raises :class:`~hpcnb.slurm_options.UnsafeTextError` (a ValueError) naming the field
+        whose value holds a newline or another control character.
+        """
+        self.validate()
         lines = [f"#!{self.shell}"]
         for long, value in self.options():
             lines.append(f"#SBATCH --{long}" if value is None else f"#SBATCH --{long}={_quote(value)}")
@@ -449,6 +480,7 @@ class JobScript:
             if all_lines and all_lines[-1] == "":
                 all_lines.pop()
             job.commands = all_lines[parsed.body_lines[0][0] - 1 :]
+        job.validate()
         return job
 
     @classmethod

@@ -84,8 +84,13 @@ def _int(value: str | None) -> int | None:
     """Leading integer of a count like "2", "2-4" (min) or "4k"; None if none."""
     if value is None:
         return None
-    m = re.match(r"\s*(\d+)", value)
+    m = re.match(r"\s*([0-9]+)", value)
     return int(m.group(1)) if m else None
+
+
+def _is_count(text: str) -> bool:
+    """ASCII digits only, as Slurm's strtol reads them ("²".isdigit() is True, int("²") fails)."""
+    return text.isascii() and text.isdigit()
 
 
 def _anchor(parsed: ParsedScript) -> int:
@@ -382,20 +387,20 @@ def _gpus_per_node(parsed: ParsedScript) -> tuple[int, int, str | None] | None:
     d = _last(parsed, "gpus-per-node")
     if d and d.value:
         typ, _, count = d.value.rpartition(":")
-        if count.isdigit():
+        if _is_count(count):
             return int(count), d.lineno, typ or None
     d = _last(parsed, "gres")
     if d and d.value:
         for item in d.value.split(","):
             parts = item.split(":")
             if parts[0] == "gpu":
-                count = parts[-1] if len(parts) > 1 and parts[-1].isdigit() else "1"
+                count = parts[-1] if len(parts) > 1 and _is_count(parts[-1]) else "1"
                 typ = parts[1] if len(parts) == 3 else None
                 return int(count), d.lineno, typ
     d = _last(parsed, "gpus")
     if d and d.value:
         typ, _, count = d.value.rpartition(":")
-        if count.isdigit():
+        if _is_count(count):
             return math.ceil(int(count) / max(nodes or 1, 1)), d.lineno, typ or None
     return None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from dataclasses import dataclass
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "OPTIONS",
     "OptionError",
     "OptionSpec",
+    "UnsafeTextError",
+    "check_text",
     "command_options",
     "format_slurm_time",
     "lookup",
@@ -278,6 +281,45 @@ class OptionError(Exception):
 def usage_error_text(err: OptionError) -> str:
     """getopt's line plus Slurm's ``Try "<cmd> --help"`` line, as printed."""
     return f'{err.message}\nTry "{err.command} --help" for more information\n'
+
+
+class UnsafeTextError(ValueError):
+    """A value holds a character that has no place in a job script or on a command line."""
+
+    def __init__(self, field: str, char: str, where: str, ends_line: bool = False) -> None:
+        if ends_line:
+            message = f"{field}: {_char_name(char)} not allowed ({where} would end here)"
+        else:
+            message = f"{field}: {_char_name(char)} not allowed in {where}"
+        super().__init__(message)
+        self.field, self.char = field, char
+
+
+_CHAR_NAMES = {"\n": "newline", "\r": "carriage return", "\t": "tab", "\0": "NUL character",
+               "\x1b": "escape character", "\u2028": "line separator", "\u2029": "paragraph separator"}
+#: What ``str.splitlines`` ends a line at: none of it may hide in a one-line value.
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+_UNSAFE = frozenset({"Cc", "Cs", "Zl", "Zp"})  # controls, lone surrogates, line/paragraph separators
+
+
+def _char_name(char: str) -> str:
+    kind = "lone surrogate" if unicodedata.category(char) == "Cs" else "control character"
+    return _CHAR_NAMES.get(char, f"{kind} U+{ord(char):04X}")
+
+
+def check_text(value: object, field: str, *, multiline: bool = False, where: str = "a job script line") -> str:
+    """``str(value)`` if it is safe to write into a job script or onto a command line.
+
+    Control characters (tab included), Unicode line/paragraph separators and lone
+    surrogates raise :class:`UnsafeTextError` naming ``field``; ``multiline`` text
+    (a script body) may hold newlines and tabs.  Every writer of Slurm input calls this.
+    """
+    text = str(value)
+    allowed = "\n\t" if multiline else ""
+    for char in text:
+        if char not in allowed and unicodedata.category(char) in _UNSAFE:
+            raise UnsafeTextError(field, char, where, ends_line=not multiline and char in _LINE_BREAKS)
+    return text
 
 
 def match_long(

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import quote
 
+from hpcnb.slurm_options import check_text
+
 __all__ = [
     "TunnelPlan", "plan_for_job", "pick_remote_port", "free_local_port",
     "validate_host", "validate_user", "validate_port",
@@ -81,6 +83,7 @@ def validate_host(value: str, name: str = "host") -> str:
     hint = "use letters, digits, '-' and '.' only, like 'frontend1.hpc.sissa.it' or '127.0.0.1'"
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty host name: {hint}")
+    check_text(value, name, where="an ssh command line")
     if len(value) > 253 or not all(_LABEL.match(label) for label in value.split(".")):
         raise ValueError(f"{name}={value!r} is not a valid host name: {hint}")
     return value
@@ -88,6 +91,8 @@ def validate_host(value: str, name: str = "host") -> str:
 
 def validate_user(value: str, name: str = "user") -> str:
     """Return *value* if it is a plain login name, else raise ValueError."""
+    if isinstance(value, str):
+        check_text(value, name, where="an ssh command line")
     if not isinstance(value, str) or not _USER.match(value):
         raise ValueError(
             f"{name}={value!r} is not a valid login name: use your cluster user name "
@@ -105,9 +110,9 @@ def validate_port(value: int, name: str = "port", low: int = 1024) -> int:
 
 
 def _validate_text(value: str, name: str) -> str:
-    if not isinstance(value, str) or not value or any(c in value for c in "\n\r\0"):
+    if not isinstance(value, str) or not value:
         raise ValueError(f"{name}={value!r} must be a non-empty single line of text")
-    return value
+    return check_text(value, name, where="an ssh config line")
 
 
 def pick_remote_port(user: str, job_id: int | str) -> int:
