@@ -484,4 +484,16 @@ def test_controller_leaves_when_its_state_directory_is_removed(slurm: Slurm) -> 
             break
         time.sleep(0.1)
     assert not slurm.state.exists(), "the state directory keeps coming back"
-    assert not wait_gone([controller], 10), "the controller outlived its state directory"
+    assert not wait_gone([controller], 10), f"the controller outlived its state directory: {_where(controller, slurm)}"
+
+
+def _where(pid: int, slurm: Slurm) -> str:
+    """What a process that should have left is doing (state, kernel wait, its log), for the message."""
+    facts = []
+    for name in ("status", "wchan", "stack"):
+        try:
+            text = Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+        except OSError as err:
+            text = f"({err})"
+        facts.append(f"{name}: " + (" ".join(text.split("\n")[:3]) if name == "status" else text.strip()))
+    return "; ".join(facts) + f"; log: {slurm.log()[-1500:]!r}"
