@@ -68,6 +68,8 @@ lab: setup
 # every pytest run has a time limit (RUN_LIMIT s, then SIGTERM), every test one (pyproject.toml)
 # and every notebook cell one (CELL_LIMIT s); a failing cell shows the Slurm jobs at that moment.
 RUN_LIMIT ?= 1500
+# three workers on two cores: most of a test's time is spent waiting for jobs and processes
+TEST_WORKERS ?= 3
 CELL_LIMIT ?= 300
 PYTEST := HPCNB_SLURM=local timeout -k 30 $(RUN_LIMIT) $(VENV)/bin/python -m pytest
 NBVAL := -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
@@ -86,7 +88,7 @@ endef
 
 # make test: the unit tests on the local Slurm, then every lesson and solution notebook (nbval).
 test: setup
-	$(call pytest,-n 2 --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
+	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
 	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
