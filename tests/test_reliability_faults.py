@@ -497,3 +497,22 @@ def _where(pid: int, slurm: Slurm) -> str:
             text = f"({err})"
         facts.append(f"{name}: " + (" ".join(text.split("\n")[:3]) if name == "status" else text.strip()))
     return "; ".join(facts) + f"; log: {slurm.log()[-1500:]!r}"
+
+
+def test_controller_never_remakes_a_state_directory_removed_while_it_starts(tmp_path: Path) -> None:
+    """The lock is taken, then the directory goes (CI: `rm -rf` right after the first submission):
+    the starting controller must leave, not open a fresh empty state there and idle on it."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    code = ("import shutil, sys\n"
+            "from hpcnb.localslurm import controller\n"
+            "start = controller.Controller.__init__\n"
+            "def late(self):\n"
+            f"    shutil.rmtree({str(state)!r})\n"
+            "    start(self)\n"
+            "controller.Controller.__init__ = late\n"
+            "sys.exit(controller.main())\n")
+    env = {**os.environ, "HPCNB_STATE_DIR": str(state), "HPCNB_CONTROLLER_IDLE": "5"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert not state.exists(), sorted(p.name for p in state.iterdir())

@@ -461,11 +461,12 @@ def main() -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _LOCK_FD = fd
+    paths.never_create()  # removed while we start up (the lock is taken): leave, do not start a new state
     from . import supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
 
     try:
         Controller().run()
-    except db.StateError as err:
+    except (db.StateError, FileNotFoundError) as err:
         log(f"controller: cannot start: {err}")
         return 1
     finally:

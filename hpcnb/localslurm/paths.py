@@ -4,6 +4,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+_create = True  # False in the controller: a state directory removed under it is never made again
+
+
+def never_create() -> None:
+    """From now on a missing state directory raises FileNotFoundError instead of being created
+    (the controller and its supervisors: they serve one state, and leave when it is removed)."""
+    global _create
+    _create = False
+
 
 def state_dir() -> Path:
     """The state directory, created private on first use (override: ``HPCNB_STATE_DIR``)."""
@@ -15,6 +24,8 @@ def state_dir() -> Path:
 
         path = Path(platformdirs.user_state_dir("hpcnb")) / "slurm"
     if not path.is_dir():
+        if not _create:
+            raise FileNotFoundError(f"the state directory {path} was removed")
         old = os.umask(0o077)
         try:
             path.mkdir(parents=True, exist_ok=True)
