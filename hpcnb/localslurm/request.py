@@ -75,7 +75,7 @@ class JobRequest:
     pty: bool = False
     overlap: bool = False
     jobid: int | None = None  # srun --jobid: a step in that running job
-    kill_on_bad_exit: bool = False
+    kill_on_bad_exit: int | None = None  # srun -K[N]: None = the site's KillOnBadExit (0)
     given: list[str] = field(default_factory=list)  # long names of options set explicitly
     env: dict[str, str] = field(default_factory=dict)  # the environment the job starts from
     script_args: list[str] = field(default_factory=list)
@@ -97,9 +97,9 @@ class JobRequest:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def parse_count(value: str, option: str) -> int:
-    """Slurm's ``parse_int(name, value, positive=true)``."""
-    if not re.fullmatch(r"\s*\+?\d+\s*", value) or int(value) <= 0:
+def parse_count(value: str, option: str, positive: bool = True) -> int:
+    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``."""
+    if not re.fullmatch(r"\s*[+-]?\d+\s*", value) or int(value) < (1 if positive else 0):
         raise UsageError(f'Invalid numeric value "{value}" for {option}.')
     return int(value)
 
@@ -243,7 +243,7 @@ def _signal_number(name: str) -> int | None:
 _FLAGS = {
     "parsable": "parsable", "test-only": "test_only", "wait": "wait", "quiet": "quiet", "label": "label",
     "pty": "pty", "overlap": "overlap", "hold": "hold", "unbuffered": "unbuffered", "exclusive": "exclusive",
-    "kill-on-invalid-dep": "kill_on_invalid_dep", "kill-on-bad-exit": "kill_on_bad_exit",
+    "kill-on-invalid-dep": "kill_on_invalid_dep",
 }
 _EXCLUSIVE = ("exclusive", "oversubscribe", "user", "mcs")
 _STRINGS = {
@@ -306,9 +306,9 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
     elif name == "signal":
         req.signal = parse_signal(value or "")
     elif name == "jobid":
-        if not (value or "").isdigit():
-            raise UsageError(f'Invalid numeric value "{value}" for --jobid.')
-        req.jobid = int(value or 0)
+        req.jobid = parse_count(value or "", "--jobid")
+    elif name == "kill-on-bad-exit":
+        req.kill_on_bad_exit = 1 if value is None else parse_count(value, "--kill-on-bad-exit", positive=False)
     elif name == "requeue":
         req.requeue = True
     elif name == "no-requeue":

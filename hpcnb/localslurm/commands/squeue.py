@@ -147,7 +147,8 @@ def main(argv: list[str]) -> int:
     # what slurmctld still holds: jobs not ended, or ended less than MinJobAge ago
     jobs = select_jobs(conn, job_ids, "end_time IS NULL OR end_time > ?", (now - MIN_JOB_AGE_S,))
     jobs = [j for j in jobs if not j["end_time"] or now - j["end_time"] <= MIN_JOB_AGE_S]  # not purged yet
-    if job_ids and not jobs:
+    # one id is looked up (slurm_load_job(), which fails for an unknown job); several filter the queue
+    if job_ids and not jobs and len([t for t in job_ids.replace(" ", ",").split(",") if t]) == 1:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
     codes = {v: k for k, v in formats.STATE_CODES.items()}
@@ -155,7 +156,7 @@ def main(argv: list[str]) -> int:
         states = {codes.get(s, s) for s in states}
     visible = []
     for job in jobs:
-        if states is None and not job_ids and job["state"] not in ACTIVE:
+        if states is None and job["state"] not in ACTIVE:  # -j too: an ended job shows only with -t
             continue
         if states and "ALL" not in states and job["state"] not in states:
             continue

@@ -15,13 +15,43 @@ from hpcnb.slurm_options import OptionError
 
 from .. import db, envvars, procs
 from ..cluster import Cluster
-from ..request import JobRequest, SubmitError, UsageError
+from ..request import JobRequest, SubmitError, UsageError, parse_count
 from .common import build_request, open_cluster, report
 from .interactive import allocate, supervise
+from .squeue import MIN_JOB_AGE_S
 
 
 class StepError(Exception):
     pass
+
+
+class NoAllocation(Exception):
+    """The job that --jobid or SLURM_JOB_ID names has no allocation to run a step in."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(reason)
+        self.job_id = job_id
+
+
+def existing_allocation(conn, job_id: int) -> dict:
+    """The running job a step is for; else NoAllocation with srun 22.05's reason
+    (existing_allocation() in src/srun/libsrun/allocate.c, job_alloc_info() in slurmctld)."""
+    job = db.get_job(conn, job_id)
+    if job is not None and job["state"] == "RUNNING":
+        return job
+    if job is None or (job["end_time"] and time.time() - job["end_time"] > MIN_JOB_AGE_S):  # purged
+        raise NoAllocation(job_id, f"Unable to confirm allocation for job {job_id}: Invalid job id specified")
+    if job["state"] == "PENDING":
+        raise NoAllocation(job_id, f"Unable to confirm allocation for job {job_id}: Job is pending execution")
+    raise NoAllocation(job_id, f"Slurm job {job_id} has expired")
+
+
+def env_options(env: dict[str, str]) -> tuple[int | None, int | None]:
+    """(--jobid, --kill-on-bad-exit) from SLURM_JOB_ID and SLURM_KILL_BAD_EXIT, checked as srun
+    checks them: before the command line, which overrides them."""
+    job_id, kill = env.get("SLURM_JOB_ID"), env.get("SLURM_KILL_BAD_EXIT")
+    return (None if job_id is None else parse_count(job_id, "--jobid"),
+            None if kill is None else parse_count(kill, "--kill-on-bad-exit", positive=False))
 
 
 def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dict]:
@@ -143,52 +173,72 @@ def _relay(fd: int, target, prefix: bytes) -> None:
 
 
 def end_step(conn, job_id: int, step: dict, statuses: list[int]) -> int:
-    """Report failed tasks like srun, record the step, and return srun's exit code."""
-    codes = [os.WEXITSTATUS(s) if os.WIFEXITED(s) else 0 for s in statuses]
-    sigs = [os.WTERMSIG(s) if os.WIFSIGNALED(s) else 0 for s in statuses]
-    state = "COMPLETED" if not any(codes) and not any(sigs) else "FAILED"
-    if any(sigs) and not any(codes):
-        state = "CANCELLED" if signal.SIGTERM in sigs or signal.SIGKILL in sigs else "FAILED"
+    """Record the step as slurmctld does and return srun's exit code."""
+    status = step_status(step, statuses)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    state = "CANCELLED" if sig else "FAILED" if code else "COMPLETED"  # as as_mysql_step_complete()
     with db.transaction(conn):
         conn.execute(
             "UPDATE steps SET state=?, end_time=?, exit_code=?, exit_signal=? WHERE job_id=? AND step=?",
-            (state, time.time(), max(codes), max(sigs), job_id, str(step["id"])),
+            (state, time.time(), code, sig, job_id, str(step["id"])),
         )
-    if any(codes):
-        return max(codes)
-    if any(sigs):
-        return 128 + max(sigs)
-    return 0
+    return exit_code(statuses)
+
+
+def step_status(step: dict, statuses: list[int]) -> int:
+    """The step's wait status: each node's slurmstepd reports its first task (in task order) killed
+    by a signal, else its highest status (_get_exit_code() in mgr.c); slurmctld keeps the highest."""
+    out, first = 0, 0
+    for part in step["layout"]:
+        mine = statuses[first:first + part["tasks"]]
+        first += part["tasks"]
+        killed = [s for s in mine if os.WIFSIGNALED(s)]
+        out = max(out, killed[0] if killed else max(mine, default=0))
+    return out
+
+
+def srun_status(statuses: list[int]) -> int:
+    """srun's own wait status: the highest signal that killed a task wins over any exit code, else
+    the highest exit code (_task_finish() in launch_slurm.c)."""
+    killed = [s for s in statuses if os.WIFSIGNALED(s)]
+    if killed:
+        return max(killed, key=os.WTERMSIG)
+    return max(statuses, key=lambda s: os.WEXITSTATUS(s) if os.WIFEXITED(s) else 0, default=0)
+
+
+def exit_code(statuses: list[int]) -> int:
+    """srun's exit code: its status as a shell gives it (fini_srun(): 128 + signal)."""
+    status = srun_status(statuses)
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def _describe(status: int) -> str:
+    """How srun words a task's end: strsignal() and "(core dumped)", or the exit code (launch_slurm.c)."""
     if os.WIFSIGNALED(status):
-        return signal.Signals(os.WTERMSIG(status)).name.replace("SIGKILL", "Killed").replace("SIGTERM", "Terminated")
+        return f"{signal.strsignal(os.WTERMSIG(status))}{' (core dumped)' if os.WCOREDUMP(status) else ''}"
     return f"Exited with exit code {os.WEXITSTATUS(status)}"
 
 
 def main(argv: list[str]) -> int:
     try:
+        env_jobid, env_kill = env_options(dict(os.environ))
         req, rest = build_request("srun", argv)
         if not rest:
             print("srun: fatal: No command given to execute.", file=sys.stderr)
             return 1
-        conn, cluster = open_cluster()
-        if req.jobid is not None:  # a step in a job of one's own, e.g. to look at it while it runs
-            job = db.get_job(conn, req.jobid)
-            if job is None or job["state"] != "RUNNING":
-                print(f"srun: error: Unable to confirm allocation for job {req.jobid}: Invalid job id specified\n"
-                      f"srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {req.jobid}",
-                      file=sys.stderr)
-                return 1
-        else:
-            job_id = os.environ.get("SLURM_JOB_ID")
-            job = db.get_job(conn, int(job_id)) if job_id and job_id.isdigit() else None
-        if job is not None and job["state"] == "RUNNING":
-            return run_in_allocation(conn, cluster, job, req, rest)
-        return run_with_allocation(req, rest)
+        req.jobid = env_jobid if req.jobid is None else req.jobid
+        req.kill_on_bad_exit = env_kill if req.kill_on_bad_exit is None else req.kill_on_bad_exit
+        if req.jobid is None:
+            return run_with_allocation(req, rest)
+        conn, cluster = open_cluster()  # a step in a job that runs (the batch job, salloc's, --jobid's)
+        return run_in_allocation(conn, cluster, existing_allocation(conn, req.jobid), req, rest)
     except (OptionError, UsageError, SubmitError) as err:
         return report("srun", err)
+    except NoAllocation as err:
+        print(f"srun: error: {err}\nsrun: Check SLURM_JOB_ID environment variable. Expired or invalid job "
+              f"{err.job_id}", file=sys.stderr)
+        return 1
     except StepError as err:
         print(f"srun: error: {err}", file=sys.stderr)
         return 1
@@ -211,21 +261,94 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(sig, forward)
-    statuses = []
-    for pid, node, task in pids:
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-        statuses.append(status)
-        _drain(threads, task)
-        if status:
-            print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
-    if any(os.WIFSIGNALED(s) for s in statuses) and not terminated:  # a task killed by a signal (as 22.05)
+    killer = KillOnBadExit(job["id"], step, cluster.kill_wait_s, bool(req.kill_on_bad_exit))
+    statuses = _wait_tasks(pids, threads, killer)
+    if _force_terminated(statuses) and not terminated:
         print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
     return end_step(conn, job["id"], step, statuses)
+
+
+class KillOnBadExit:
+    """srun -K: the first task to fail (non-zero exit or a signal) ends the whole step, as in
+    _task_finish() of Slurm 22.05's launch_slurm.c: srun says "Terminating StepId=...", the step's
+    slurmstepd (if its node still runs tasks) prints its CANCELLED line and sends every task
+    SIGCONT and SIGTERM, then SIGKILL after KillWait (req.c, _handle_signal_container)."""
+
+    def __init__(self, job_id: int, step: dict, kill_wait: int, enabled: bool) -> None:
+        self.step_id = f"{job_id}.{step['id']}"
+        self.first_node = step["layout"][0]["node"]
+        self.kill_wait = kill_wait
+        self.enabled = enabled
+        self.fired = False
+
+    def task_ended(self, status: int, busy_nodes: set[str]) -> None:
+        """A task ended with ``status``; ``busy_nodes`` still run tasks of the step."""
+        if not self.enabled or self.fired or not status:
+            return
+        self.fired = True
+        with _print_lock:
+            # info() in the launch/slurm plugin: its log prefix names plugin and function
+            print(f"srun: launch/slurm: _step_signal: Terminating StepId={self.step_id}", file=sys.stderr,
+                  flush=True)
+            if self.first_node in busy_nodes:
+                print(f"slurmstepd-{self.first_node}: error: *** STEP {self.step_id} ON {self.first_node} "
+                      f"CANCELLED AT {time.strftime('%Y-%m-%dT%H:%M:%S')} ***", file=sys.stderr, flush=True)
+        threading.Thread(target=self._terminate, daemon=True).start()
+
+    def _terminate(self) -> None:
+        tasks = procs.descendants()
+        procs.send(tasks, signal.SIGCONT)
+        procs.send(tasks, signal.SIGTERM)
+        time.sleep(self.kill_wait)
+        procs.send(procs.descendants(), signal.SIGKILL)
+
+
+def _wait_tasks(pids: list[tuple[int, str, int]], threads: dict[int, list[threading.Thread]],
+                killer: KillOnBadExit) -> list[int]:
+    """Wait for the tasks in the order they end, reporting each failed one as srun does;
+    returns their wait statuses in task order."""
+    running = {pid: (node, task) for pid, node, task in pids}
+    ended: dict[int, int] = {}
+    while running:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # lost track of them (should not happen): count them as ended
+            ended.update({pid: 0 for pid in running})
+            break
+        if pid not in running:
+            continue
+        node, task = running.pop(pid)
+        ended[pid] = status
+        _drain(threads, task)
+        _report(node, task, status)
+        killer.task_ended(status, {n for n, _ in running.values()})
+    return [ended[pid] for pid, _, _ in pids]
+
+
+def _report(node: str, task: int, status: int) -> None:
+    if status:
+        with _print_lock:
+            print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr, flush=True)
+
+
+def _force_terminated(statuses: list[int | None]) -> bool:
+    """Did a task die of SIGTERM or SIGKILL? Then srun says "Force Terminated" (step_launch.c)."""
+    return any(s and os.WIFSIGNALED(s) and os.WTERMSIG(s) in (signal.SIGTERM, signal.SIGKILL) for s in statuses)
+
+
+def _watch_tasks(sup, pids: list[tuple[int, str, int]], threads: dict[int, list[threading.Thread]],
+                 killer: KillOnBadExit) -> None:
+    """A stand-alone srun's tasks are reaped by its supervisor: report each as it ends, and let -K act."""
+    left = {pid: (node, task) for pid, node, task in pids}
+    while left:
+        for pid in [p for p in left if sup.mains.get(p) is not None]:
+            node, task = left.pop(pid)
+            _drain(threads, task)
+            _report(node, task, sup.mains[pid])
+            killer.task_ended(sup.mains[pid], {n for p, (n, _) in left.items() if sup.mains.get(p) is None})
+        time.sleep(0.02)
 
 
 def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
@@ -240,18 +363,25 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
         holder.update(step=step, pids=pids, threads=threads)
         for pid, _, _ in pids:
             sup.mains[pid] = None
+        killer = KillOnBadExit(job["id"], step, cluster.kill_wait_s, bool(step_req.kill_on_bad_exit))
+        holder["watcher"] = threading.Thread(target=_watch_tasks, args=(sup, pids, threads, killer), daemon=True)
+        holder["watcher"].start()
 
     outcome, sup = supervise(job, start)
+    if "watcher" in holder:
+        holder["watcher"].join()  # every task has ended: it reports the last ones and stops
     statuses = [sup.mains[pid] or 0 for pid, _, _ in holder.get("pids", [])]
-    for (pid, node, task), status in zip(holder.get("pids", []), statuses):
-        _drain(holder.get("threads", {}), task)
-        if status:
-            print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr)
-    if "step" in holder and any(s and os.WIFSIGNALED(s) for s in statuses) and outcome.state != "TIMEOUT":
+    if "step" in holder and _force_terminated(statuses) and outcome.state != "TIMEOUT":
         print(f"srun: Force Terminated StepId={job['id']}.{holder['step']['id']}", file=sys.stderr)
     if outcome.state == "TIMEOUT":
         print(f"srun: error: *** STEP {job['id']}.0 ON {job['alloc'][0]['node']} CANCELLED AT "
               f"{time.strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***", file=sys.stderr)
-    if "step" in holder:
-        return end_step(conn, job["id"], holder["step"], statuses)
-    return 1
+    if "step" not in holder:
+        return 1
+    if outcome.state == "FAILED":  # srun ends its job with its own status: slurm_complete_job(job, global_rc)
+        status = srun_status(statuses)
+        with db.transaction(conn):
+            conn.execute("UPDATE jobs SET exit_code=?, exit_signal=? WHERE id=? AND state='FAILED'",
+                         (os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0,
+                          os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0, job["id"]))
+    return end_step(conn, job["id"], holder["step"], statuses)

@@ -1,0 +1,237 @@
+"""The local Slurm answers as Slurm 22.05 does where programs read the answer: srun in an ended or
+unknown job, srun --kill-on-bad-exit, and the squeue/sacct formats batchspawner, dask-jobqueue and
+submitit parse (the texts come from Slurm 22.05's sources; tests/parity compares them live)."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run
+
+CHECK = "srun: Check SLURM_JOB_ID environment variable. Expired or invalid job {}\n"
+FAIL_ONE = "if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 30"
+
+
+def submit(*args: str) -> int:
+    done = run(["sbatch", "--parsable", *args])
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip())
+
+
+def wait_state(job_id: int, wanted: tuple[str, ...], timeout: float = 30) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"]).stdout.strip() in wanted:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never reached {wanted}")
+
+
+def env_with(**values: str) -> dict[str, str]:
+    return {**os.environ, **values}
+
+
+def ended_job() -> int:
+    job = submit("--wait", "--wrap", "true")
+    wait_state(job, ("COMPLETED",))
+    return job
+
+
+def age_job(job: int, seconds: float) -> None:
+    """Pretend the job ended ``seconds`` ago (past MinJobAge: slurmctld has forgotten it)."""
+    from hpcnb.localslurm import db
+
+    conn = db.connect()
+    with db.transaction(conn):
+        conn.execute("UPDATE jobs SET end_time=end_time-? WHERE id=?", (seconds, job))
+    conn.close()
+
+
+# -- srun with an ended, unknown or pending job ----------------------------------------------------
+def test_srun_in_an_ended_job_says_it_has_expired(workdir: Path) -> None:
+    job = ended_job()
+    for how in ({"env": env_with(SLURM_JOB_ID=str(job))}, {"args": [f"--jobid={job}"]}):
+        done = run(["srun", *how.get("args", []), "true"], env=how.get("env"))
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == f"srun: error: Slurm job {job} has expired\n" + CHECK.format(job)
+
+
+def test_srun_in_an_unknown_or_forgotten_job_says_invalid_job_id(workdir: Path) -> None:
+    job = ended_job()
+    age_job(job, 301)
+    for job_id in (job, 999999):
+        done = run(["srun", "true"], env=env_with(SLURM_JOB_ID=str(job_id)))
+        assert done.returncode == 1
+        assert done.stderr == (f"srun: error: Unable to confirm allocation for job {job_id}: Invalid job id "
+                               f"specified\n" + CHECK.format(job_id))
+
+
+def test_srun_in_a_pending_job(workdir: Path) -> None:
+    job = submit("-H", "--wrap", "true")
+    done = run(["srun", f"--jobid={job}", "true"])
+    run(["scancel", str(job)])
+    assert done.returncode == 1
+    assert done.stderr == (f"srun: error: Unable to confirm allocation for job {job}: Job is pending execution\n"
+                           + CHECK.format(job))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", ""])
+def test_srun_bad_slurm_job_id(value: str, workdir: Path) -> None:
+    done = run(["srun", "true"], env=env_with(SLURM_JOB_ID=value))
+    assert (done.returncode, done.stderr) == (1, f'srun: error: Invalid numeric value "{value}" for --jobid.\n')
+
+
+def test_srun_jobid_option_wins_over_the_environment(workdir: Path) -> None:
+    ended = ended_job()
+    job = submit("--wrap", "sleep 30")
+    wait_state(job, ("RUNNING",))
+    done = run(["srun", f"--jobid={job}", "sh", "-c", "echo $SLURM_JOB_ID"], env=env_with(SLURM_JOB_ID=str(ended)))
+    run(["scancel", str(job)])
+    assert (done.returncode, done.stdout) == (0, f"{job}\n"), done.stderr
+
+
+def test_salloc_ignores_slurm_job_id(workdir: Path) -> None:
+    ended = ended_job()
+    done = run(["salloc", "-n1", "sh", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"],
+               env=env_with(SLURM_JOB_ID=str(ended), SLURM_JOBID=str(ended)))
+    assert done.returncode == 0, done.stderr
+    job = done.stderr.split("Granted job allocation ")[1].split()[0]
+    assert done.stdout == f"{job} {job}\n" and job != str(ended)
+
+
+# -- srun --kill-on-bad-exit -----------------------------------------------------------------------
+def bad_exit_lines(job: int | str, first_node_busy: bool = True) -> list[str]:
+    lines = ["srun: error: node1: task 1: Exited with exit code 3", f"srun: launch/slurm: _step_signal: Terminating StepId={job}.0",
+             "srun: error: node1: task 0: Terminated", f"srun: Force Terminated StepId={job}.0"]
+    if first_node_busy:
+        lines.append(f"slurmstepd-node1: error: *** STEP {job}.0 ON node1 CANCELLED AT <TIME> ***")
+    return sorted(lines)
+
+
+def normalised(stderr: str) -> list[str]:
+    return sorted(re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "<TIME>", stderr).splitlines())
+
+
+@pytest.mark.parametrize("how", [["-K"], ["-K1"], ["--kill-on-bad-exit"], ["--kill-on-bad-exit=1"], "env"])
+def test_kill_on_bad_exit_ends_the_step_at_once(how, workdir: Path) -> None:
+    args, env = (how, None) if how != "env" else ([], env_with(SLURM_KILL_BAD_EXIT="1"))
+    start = time.time()
+    done = run(["srun", "-n2", *args, "bash", "-c", FAIL_ONE], env=env, timeout=25)
+    assert time.time() - start < 15
+    assert done.returncode == 143  # the killed task's SIGTERM wins over exit code 3, as in srun 22.05
+    job = done.stderr.split("StepId=")[1].split(".")[0]
+    assert normalised(done.stderr) == bad_exit_lines(job)
+
+
+def sacct_rows(job: int | str) -> list[str]:
+    return run(["sacct", "-n", "-P", "-j", str(job), "-o", "JobID,State,ExitCode"]).stdout.split()
+
+
+def test_kill_on_bad_exit_records_like_slurmctld(workdir: Path) -> None:
+    """One node: its slurmstepd reports the killed task first (0:15, CANCELLED); over two nodes
+    slurmctld keeps the highest status (exit 3 > signal 15: FAILED 3:0). The job ends with srun's status."""
+    one = run(["srun", "-n2", "-K", "bash", "-c", FAIL_ONE], timeout=25)
+    job = one.stderr.split("StepId=")[1].split(".")[0]
+    assert sacct_rows(job) == [f"{job}|FAILED|0:15", f"{job}.0|CANCELLED|0:15"]
+    two = run(["srun", "-N2", "-n2", "-K", "bash", "-c", FAIL_ONE.replace("= 1", "= 0")], timeout=25)
+    job = two.stderr.split("StepId=")[1].split(".")[0]
+    assert two.returncode == 143
+    assert normalised(two.stderr) == sorted([  # node1 ran only the failed task: its slurmstepd says nothing
+        "srun: error: node1: task 0: Exited with exit code 3", "srun: error: node2: task 1: Terminated",
+        f"srun: launch/slurm: _step_signal: Terminating StepId={job}.0", f"srun: Force Terminated StepId={job}.0"])
+    assert sacct_rows(job) == [f"{job}|FAILED|0:15", f"{job}.0|FAILED|3:0"]
+
+
+def test_kill_on_bad_exit_inside_a_batch_job(workdir: Path) -> None:
+    job = submit("-n2", "-o", "k.out", "--wrap", f"srun -K bash -c '{FAIL_ONE}'; echo rc=$?")
+    wait_state(job, ("COMPLETED",), timeout=20)
+    out = (workdir / "k.out").read_text()
+    assert "rc=143\n" in out
+    assert normalised(out.replace("rc=143\n", "")) == bad_exit_lines(job)
+
+
+def test_without_kill_on_bad_exit_the_others_run_on(workdir: Path) -> None:
+    for args, env in (([], None), (["-K0"], env_with(SLURM_KILL_BAD_EXIT="1"))):
+        done = run(["srun", "-n2", *args, "bash", "-c", "if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 1; echo ran"],
+                   env=env)
+        assert (done.returncode, done.stdout) == (3, "ran\n")
+        assert done.stderr == "srun: error: node1: task 1: Exited with exit code 3\n"
+
+
+def test_kill_on_bad_exit_bad_value(workdir: Path) -> None:
+    for args, env in ((["--kill-on-bad-exit=abc"], None), ([], env_with(SLURM_KILL_BAD_EXIT="-1"))):
+        done = run(["srun", *args, "true"], env=env)
+        value = "abc" if args else "-1"
+        assert (done.returncode, done.stderr) == (
+            1, f'srun: error: Invalid numeric value "{value}" for --kill-on-bad-exit.\n')
+
+
+def test_task_killed_by_a_signal_is_named_as_strsignal(workdir: Path) -> None:
+    done = run(["srun", "-n1", "-J", "segv", "bash", "-c", "kill -SEGV $$"])
+    assert done.returncode == 128 + 11
+    assert "srun: error: node1: task 0: Segmentation fault" in done.stderr  # (core dumped) with ulimit -c
+    job = run(["sacct", "-n", "-X", "-P", "-o", "JobID", "--name=segv"]).stdout.split()[-1]
+    assert sacct_rows(job) == [f"{job}|FAILED|0:11", f"{job}.0|CANCELLED|0:11"]
+
+
+# -- the formats batchspawner, dask-jobqueue and submitit read -------------------------------------
+def test_batchspawner_state_and_exec_host(workdir: Path) -> None:
+    held = submit("-H", "--wrap", "true")
+    job = submit("--wrap", "sleep 30")
+    wait_state(job, ("RUNNING",))
+    query = ["squeue", "-h", "-j", "{}", "-o", "%T %B"]
+    assert run([q.format(held) for q in query]).stdout == "PENDING n/a\n"
+    assert run([q.format(job) for q in query]).stdout == "RUNNING node1\n"
+    assert run(["squeue", "-j", str(job), "-o", "%B|%.10B|"]).stdout == "EXEC_HOST| EXEC_HOST|\nnode1|     node1|\n"
+    run(["scancel", str(held), str(job)])
+    wait_state(job, ("CANCELLED",))
+    assert run([q.format(job) for q in query]).stdout == ""  # an ended job shows only with -t
+    query[1:1] = ["-t", "all"]
+    assert run([q.format(job) for q in query]).stdout == "CANCELLED node1\n"  # the batch host stays
+    assert run([q.format(held) for q in query]).stdout == "CANCELLED n/a\n"
+
+
+def test_exec_host_of_an_interactive_job_is_the_submit_host(workdir: Path) -> None:
+    done = run(["salloc", "-n1", "sh", "-c", "squeue -h -j $SLURM_JOB_ID -o '%T %B'"])
+    assert done.stdout == f"RUNNING {socket.gethostname()}\n", done.stderr
+
+
+def test_dask_jobqueue_queries(workdir: Path) -> None:
+    job = submit("--wrap", "sleep 30")
+    wait_state(job, ("RUNNING",))
+    assert run(["squeue", "-h", f"--job={job}", "-o", "%T"]).stdout == "RUNNING\n"
+    assert run(["squeue", "-h", "--job", str(job), "-o", "%i %T"]).stdout == f"{job} RUNNING\n"
+    run(["scancel", str(job)])
+
+
+def test_squeue_with_several_unknown_ids_lists_nothing(workdir: Path) -> None:
+    done = run(["squeue", "-h", "-j", "999998,999999", "-o", "%i"])
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_squeue_forgets_a_job_after_min_job_age(workdir: Path) -> None:
+    job = ended_job()
+    assert run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T"]).stdout == "COMPLETED\n"
+    age_job(job, 301)
+    done = run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T"])
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+
+
+def test_submitit_sacct_with_one_j_per_job(workdir: Path) -> None:
+    first, second = ended_job(), submit("--wrap", "exit 2")
+    wait_state(second, ("FAILED",))
+    done = run(["sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", str(first), "-j", str(second)])
+    assert done.stdout.splitlines() == [
+        "JobID|State|NodeList", f"{first}|COMPLETED|node1", f"{first}.batch|COMPLETED|node1",
+        f"{second}|FAILED|node1", f"{second}.batch|FAILED|node1"]
+
+
+def test_sacct_format_options_add_up(workdir: Path) -> None:
+    job = ended_job()
+    done = run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "JobID", "-o", "JobName", "-b"])
+    assert done.stdout == f"{job}|wrap|{job}|COMPLETED|0:0\n"
