@@ -182,7 +182,11 @@ def round_mantissa(x, bits: int = 10, rounding: str = "nearest"):
 
 
 def to_tf32(x, rounding: str = "nearest"):
-    """float32 values as a TF32 tensor core sees them (10-bit mantissa), emulated."""
+    """float32 values at a TF32 tensor core's precision (10-bit mantissa), emulated.
+
+    The same precision, not necessarily the same bits: depending on the GPU and library the
+    hardware truncates or rounds the dropped bits differently from ``rounding`` here.
+    """
     return round_mantissa(x, 10, rounding)
 
 
@@ -229,7 +233,10 @@ class _Rounded:
 
 
 def emulated_matmul(a, b, fmt: str = "tf32"):
-    """``a @ b`` as a tensor core computes it in ``fmt``: inputs rounded, float32 accumulation."""
+    """``a @ b`` at a tensor core's precision in ``fmt``: inputs rounded, float32 accumulation.
+
+    Approximates the hardware (its input rounding and summation order differ), not bit for bit.
+    """
     bits = _MANTISSA[fmt]
     return round_mantissa(a, bits) @ round_mantissa(b, bits)
 
@@ -245,9 +252,10 @@ def emulated_matmul_errors(sizes: Sequence[int] = (64, 128, 256, 512, 1024, 2048
     """Error of ``A @ B`` (``n x n`` standard-normal matrices) in each format, against float64.
 
     ``fp32`` is the real float32 matmul of this CPU; ``tf32``/``bf16`` are emulated (inputs
-    rounded by :func:`round_mantissa`, float32 accumulation, as tensor cores do). To stay cheap
-    at large ``n`` only the first ``rows`` rows of the product are computed (each row of a
-    product depends only on that row of ``A``, so its error is what the full product has).
+    rounded by :func:`round_mantissa`, float32 accumulation: the precision of tensor cores, not
+    their exact bits). To stay cheap at large ``n`` only the first ``rows`` rows of the
+    product are computed (each row of a product depends only on that row of ``A``, so its
+    error is what the full product has).
     Rows: ``n``, ``format``, ``how``, ``max_abs_error``, ``rel_error`` (Frobenius norm).
     """
     import torch
@@ -272,7 +280,7 @@ def emulated_training(steps: int = 200, *, fmts: Sequence[str] = ("fp32", "tf32"
 
     An MLP (32 -> ``width`` -> ``width`` -> 1) learns a fixed random "teacher" function with
     SGD. In ``tf32``/``bf16`` every matmul of every linear layer (forward *and* both backward
-    matmuls) rounds its inputs like a tensor core would (emulated); ``fp32`` is plain float32.
+    matmuls) rounds its inputs to a tensor core's precision (emulated); ``fp32`` is plain float32.
     Rows every ``every`` steps: ``step``, ``format``, ``how``, ``loss`` (training loss of that
     batch), ``eval_loss`` (on a fixed held-out batch). The matrices are tiny, so this runs on
     one intra-op thread (more only add waiting, badly so on a busy machine).

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Union
 
 __all__ = [
-    "Run", "ScaledRun", "AmdahlFit", "read_runs", "write_runs", "validate_runs",
-    "speedup_efficiency", "fit_amdahl", "amdahl_speedup", "gustafson_speedup",
+    "Run", "ScaledRun", "AmdahlFit", "GustafsonFit", "read_runs", "write_runs", "validate_runs",
+    "speedup_efficiency", "fit_amdahl", "fit_gustafson", "amdahl_speedup", "gustafson_speedup",
+    "gustafson_fraction",
     "lr_scaling", "global_batch", "plot_scaling", "format_table",
 ]
 
@@ -166,7 +167,11 @@ def speedup_efficiency(rows: Iterable[RowLike]) -> list[ScaledRun]:
 
 @dataclass(frozen=True)
 class AmdahlFit:
-    """Least-squares fit of ``T(N) = t1 * (s + (1 - s) / N)`` to strong-scaling runs."""
+    """Least-squares fit of ``T(N) = t1 * (s + (1 - s) / N)`` to strong-scaling runs.
+
+    ``serial_fraction`` is Amdahl's ``s_A``: the serial share of the *one-task*
+    run's time (not Gustafson's ``s_G``, see :func:`gustafson_fraction`).
+    """
 
     serial_fraction: float
     t1: float
@@ -192,11 +197,25 @@ class AmdahlFit:
         """Predicted speed-up (vs 1 task) at each measured task count."""
         return {n: amdahl_speedup(self.serial_fraction, n) for n in self.tasks}
 
+    @property
+    def exact(self) -> bool:
+        """True when the runs have only as many task counts as the model has parameters (2).
+
+        The curve then passes through (the mean time at) each task count by
+        construction: the residual is only the spread of repeated runs, and the
+        agreement is no evidence that Amdahl's law describes the code.
+        """
+        return len(self.tasks) <= 2
+
     def __str__(self) -> str:
         cap = "unbounded" if math.isinf(self.max_speedup) else f"{self.max_speedup:.1f}x"
-        return (f"Amdahl fit over {self.n_runs} runs: serial fraction s = {self.serial_fraction:.3f}, "
-                f"T1 = {self.t1:.3g} s, max speed-up 1/s = {cap}, "
-                f"rms residual {self.rms_residual_s:.3g} s")
+        text = (f"Amdahl fit over {self.n_runs} runs at {len(self.tasks)} task counts: serial fraction "
+                f"of the 1-task run s_A = {self.serial_fraction:.3f}, T1 = {self.t1:.3g} s, "
+                f"max speed-up 1/s_A = {cap}, rms residual {self.rms_residual_s:.3g} s")
+        if self.exact:
+            text += ("\n  (2 task counts for 2 parameters: the fit passes through them by construction, "
+                     "so its residual is no evidence for the law; measure more task counts to test it)")
+        return text
 
 
 def fit_amdahl(rows: Iterable[RowLike], max_tasks: int | None = None) -> AmdahlFit:
@@ -238,6 +257,85 @@ def fit_amdahl(rows: Iterable[RowLike], max_tasks: int | None = None) -> AmdahlF
     return AmdahlFit(a / t1, t1, rms, n, tuple(tasks))
 
 
+@dataclass(frozen=True)
+class GustafsonFit:
+    """Least-squares fit of Gustafson's law ``S = s + (1 - s) * k`` to weak-scaling runs.
+
+    ``k = tasks / base_tasks`` and ``S`` is the measured scaled speed-up
+    (:func:`speedup_efficiency`). ``serial_fraction`` is Gustafson's ``s_G``: the
+    serial share of the time of the *N-task* (scaled) run.
+    """
+
+    serial_fraction: float
+    rms_residual: float
+    n_runs: int
+    tasks: tuple[int, ...]
+    base_tasks: int
+
+    def speedup(self, n: float) -> float:
+        """Predicted scaled speed-up at ``n`` tasks (relative to ``base_tasks``)."""
+        return gustafson_speedup(self.serial_fraction, n / self.base_tasks)
+
+    @property
+    def exact(self) -> bool:
+        """True when only one task count besides the baseline was fitted (one parameter)."""
+        return len([n for n in self.tasks if n != self.base_tasks]) <= 1
+
+    def __str__(self) -> str:
+        text = (f"Gustafson fit over {self.n_runs} weak runs at tasks {', '.join(map(str, self.tasks))}: "
+                f"serial fraction of the N-task run s_G = {self.serial_fraction:.3f}, "
+                f"rms residual {self.rms_residual:.3g} (in speed-up)")
+        if self.exact:
+            text += ("\n  (one task count besides the baseline for 1 parameter: the fit passes through it "
+                     "by construction, so it is no evidence for the law; measure more task counts to test it)")
+        return text
+
+
+def fit_gustafson(rows: Iterable[RowLike], max_tasks: int | None = None) -> GustafsonFit:
+    """Fit Gustafson's serial fraction ``s_G`` to the scaled speed-ups of weak-scaling runs.
+
+    Minimises ``sum (S_i - s - (1 - s) k_i)^2`` with ``k_i = tasks_i / base_tasks``
+    in closed form, clipped to [0, 1]. The baseline (``k = 1``) carries no
+    information (``S = 1`` for every ``s``): at least one larger task count is
+    needed. ``max_tasks`` drops runs with more tasks (e.g. more than the machine
+    has cores), as in :func:`fit_amdahl`.
+    """
+    runs = validate_runs(rows)
+    if not any(r.kind == "weak" for r in runs):
+        raise ValueError("fit_gustafson: no weak-scaling rows; Gustafson's law describes work that "
+                         "grows with the tasks - for fixed total work use fit_amdahl()")
+    scaled = [r for r in speedup_efficiency(runs) if r.kind == "weak"]
+    if max_tasks is not None:
+        scaled = [r for r in scaled if r.tasks <= max_tasks]
+        if not scaled:
+            raise ValueError(f"fit_gustafson: no weak-scaling runs with tasks <= max_tasks={max_tasks}")
+    base = scaled[0].base_tasks
+    informative = [r for r in scaled if r.ideal > 1]
+    if not informative:
+        raise ValueError(f"fit_gustafson: all runs use tasks={base}; measure at least one larger "
+                         "task count (e.g. 2, 4)")
+    num = sum((r.ideal - r.speedup) * (r.ideal - 1) for r in informative)
+    den = sum((r.ideal - 1) ** 2 for r in informative)
+    s = min(1.0, max(0.0, num / den))
+    rms = math.sqrt(sum((r.speedup - (s + (1 - s) * r.ideal)) ** 2 for r in scaled) / len(scaled))
+    return GustafsonFit(s, rms, len(scaled), tuple(sorted({r.tasks for r in scaled})), base)
+
+
+def gustafson_fraction(s_amdahl: float, n: float) -> float:
+    """Gustafson's ``s_G`` of an ``n``-task run, from Amdahl's ``s_A`` of the same fixed problem.
+
+    Amdahl's ``s_A`` is the serial share of the one-task run's time; split over
+    ``n`` tasks, the serial part keeps its time while the rest shrinks ``n``-fold,
+    so the serial share of the ``n``-task run is ``s_A / (s_A + (1 - s_A) / n)``.
+    With it, ``gustafson_speedup(s_G, n) == amdahl_speedup(s_A, n)``: the two laws
+    describe one model from different reference runs. A weak-scaling run is a
+    different (larger) problem: measure its ``s_G`` with :func:`fit_gustafson`.
+    """
+    _check_fraction(s_amdahl)
+    _check_tasks(n)
+    return s_amdahl / (s_amdahl + (1 - s_amdahl) / n)
+
+
 def amdahl_speedup(s: float, n: float) -> float:
     """Amdahl's law: speed-up ``1 / (s + (1 - s)/n)`` for serial fraction ``s``."""
     _check_fraction(s)
@@ -246,7 +344,12 @@ def amdahl_speedup(s: float, n: float) -> float:
 
 
 def gustafson_speedup(s: float, n: float) -> float:
-    """Gustafson's law (weak scaling): scaled speed-up ``s + (1 - s) * n``."""
+    """Gustafson's law (weak scaling): scaled speed-up ``s + (1 - s) * n``.
+
+    ``s`` is the serial share of the *n-task* run's time (``s_G``), not Amdahl's
+    ``s_A`` of the one-task run: convert with :func:`gustafson_fraction` or fit
+    it to weak-scaling runs with :func:`fit_gustafson`.
+    """
     _check_fraction(s)
     _check_tasks(n)
     return s + (1 - s) * n

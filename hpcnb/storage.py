@@ -1,8 +1,9 @@
 """The small-files problem, measured: three dataset layouts, inode counting, staging.
 
 A cluster filesystem (Lustre, GPFS, NFS) pays a metadata round trip for every
-file it creates or opens, and quotas count files as well as bytes (CSCS: 1M
-files on $SCRATCH). This module writes the same synthetic dataset three ways,
+file it creates or opens, and quotas count files as well as bytes (CSCS's Piz
+Daint, since retired: 1M files on $SCRATCH). This module writes the same
+synthetic dataset three ways,
 
 * ``small_files``: one ``.bin`` + one ``.cls`` label file per sample,
 * ``tar``: one tar shard written with :mod:`tarfile`,

@@ -194,3 +194,40 @@ def test_plot_scaling_without_fit_or_cores() -> None:
     assert sc.fit_amdahl(two_core).serial_fraction > s_two + 0.1  # oversubscription biases s
     with pytest.raises(ValueError, match="cores_available"):
         sc.plot_scaling(amdahl_rows(0.2), cores_available=0)
+
+
+def test_gustafson_fraction_is_the_n_task_runs_serial_share() -> None:
+    # s_A refers to the 1-task run, s_G to the N-task run of the same problem:
+    # converted, Gustafson's formula gives back Amdahl's speed-up.
+    for s_a in (0.0, 0.05, 0.424, 1.0):
+        for n in (1, 2, 4, 64):
+            s_g = sc.gustafson_fraction(s_a, n)
+            assert sc.gustafson_speedup(s_g, n) == pytest.approx(sc.amdahl_speedup(s_a, n))
+    assert sc.gustafson_fraction(0.1, 4) == pytest.approx(0.1 / 0.325)
+    assert sc.gustafson_fraction(0.1, 1) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="serial fraction"):
+        sc.gustafson_fraction(-0.1, 2)
+
+
+def weak_rows(s: float, tasks=(1, 2, 4, 8), t1: float = 10.0) -> list[dict]:
+    # scaled speed-up N * T1 / T_N made to follow Gustafson's law exactly
+    return [{"tasks": n, "nodes": 1, "kind": "weak", "samples": 100 * n,
+             "seconds": n * t1 / sc.gustafson_speedup(s, n)} for n in tasks]
+
+
+def test_fit_gustafson_recovers_s_and_says_when_exact() -> None:
+    fit = sc.fit_gustafson(weak_rows(0.2))
+    assert fit.serial_fraction == pytest.approx(0.2)
+    assert fit.rms_residual < 1e-9 and fit.tasks == (1, 2, 4, 8) and not fit.exact
+    assert fit.speedup(16) == pytest.approx(0.2 + 0.8 * 16)
+    assert "s_G = 0.200" in str(fit) and "by construction" not in str(fit)
+    two = sc.fit_gustafson(weak_rows(0.2), max_tasks=2)
+    assert two.exact and two.tasks == (1, 2) and "by construction" in str(two)
+    assert sc.fit_gustafson(weak_rows(0.0)).serial_fraction == 0
+    strong = amdahl_rows(0.1, tasks=(1, 2))
+    assert sc.fit_amdahl(strong).exact and "by construction" in str(sc.fit_amdahl(strong))
+    assert not sc.fit_amdahl(amdahl_rows(0.1, tasks=(1, 2, 4))).exact
+    with pytest.raises(ValueError, match="fit_amdahl"):
+        sc.fit_gustafson(amdahl_rows(0.1))
+    with pytest.raises(ValueError, match="at least one larger task count"):
+        sc.fit_gustafson(weak_rows(0.2, tasks=(2,)))
