@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     import torch
 
-PORT_BASE, PORT_SPAN = 20000, 40000
+PORT_BASE, PORT_SPAN = 16000, 16000  # below Linux's ephemeral ports (32768-60999), above Lightning's 15000-15999
 
 
 class SlurmContextError(RuntimeError):

@@ -43,7 +43,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SL109": (ERROR, "invalid time"),
     "SL110": (WARNING, "abbreviated option name"),
     "SL201": (WARNING, "multi-task job never launches its tasks with srun"),
-    "SL202": (WARNING, "srun does not inherit --cpus-per-task"),
+    "SL202": (WARNING, "srun does not inherit --cpus-per-task (Slurm 22.05-23.02)"),
     "SL203": (WARNING, "fixed MASTER_PORT"),
     "SL301": (ERROR, "partition unknown at this site"),
     "SL302": (ERROR, "time limit above the partition's maximum"),
@@ -331,15 +331,16 @@ def _check_body(parsed: ParsedScript, text: str) -> list[Finding]:
             if name == "srun" and cpt is not None and (cpt_n is None or cpt_n > 1):
                 if not srun_cpus_exported and not _srun_sets_cpus(args):
                     out.append(_f(lineno, "SL202",
-                                  f"srun here gets 1 CPU per task, not --cpus-per-task={cpt.value}: since "
-                                  "Slurm 22.05 srun does not inherit it from the job",
-                                  "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun, or pass "
-                                  "-c $SLURM_CPUS_PER_TASK"))
+                                  f"on Slurm 22.05 to 23.02 srun here gets 1 CPU per task, not "
+                                  f"--cpus-per-task={cpt.value}: those versions' srun does not inherit it "
+                                  "from the job (23.11 and later inherit it again)",
+                                  "pass -c $SLURM_CPUS_PER_TASK to srun (right on every version), or export "
+                                  "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (read by 22.05-23.02)"))
         for m in re.finditer(r"\bMASTER_PORT=[\"']?(\d+)\b|--master[_-]port[= ]+[\"']?(\d+)\b", line):
             port = m.group(1) or m.group(2)
             out.append(_f(lineno, "SL203",
                           f"fixed port {port}: two jobs sharing a node will clash on it",
-                          "derive it from the job id, e.g. export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))"))
+                          "derive it from the job id, e.g. export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))"))
     multi, where = _task_counts(parsed)
     if multi and not launched:
         if bare_launchers:

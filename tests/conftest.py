@@ -21,7 +21,7 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory):
     os.environ["HPCNB_SLURM"] = "local"
     os.environ["HPCNB_CONTROLLER_IDLE"] = "60"
     # xdist workers run side by side: far-apart job ids keep job-id-derived ports apart, both ours
-    # (20000 + id % 40000) and Lightning's SLURMEnvironment's (15000 + id % 1000: a quarter of its
+    # (16000 + id % 16000) and Lightning's SLURMEnvironment's (15000 + id % 1000: a quarter of its
     # range apart for up to four workers), hence 10250, not 10000.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     os.environ["HPCNB_FIRST_JOB_ID"] = str(1 + 10250 * int(worker.removeprefix("gw") or 0))

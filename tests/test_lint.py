@@ -101,7 +101,7 @@ CLEAN_DDP = """#!/bin/bash
 
 export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_PORT=$((10000 + SLURM_JOB_ID % 50000))
+export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))
 python -m venv "$SLURM_TMPDIR/env"
 srun python train.py --data /scratch/$USER/datasets
 """

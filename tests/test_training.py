@@ -154,7 +154,7 @@ def test_ddp_script_srun_and_torchrun_on_two_nodes(workdir: Path) -> None:
     script = (
         env_path
         + 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1); '
-        + "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 40000 )); "
+        + "export MASTER_PORT=$(( 16000 + SLURM_JOB_ID % 16000 )); "
         + "srun --ntasks-per-node=1 --cpus-per-task=$SLURM_CPUS_PER_TASK torchrun --nnodes=$SLURM_NNODES "
         + "--nproc-per-node=2 --rdzv-id=$SLURM_JOB_ID --rdzv-backend=c10d "
         + "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT -m hpcnb.scripts.ddp_train --out tr"

@@ -25,7 +25,7 @@ rank = int(os.environ["SLURM_LOCALID"])
 world_size = int(os.environ["SLURM_NTASKS"])
 # Rank 0 listens on this node, on a port derived from the job id (two jobs on a node don't clash)
 os.environ["MASTER_ADDR"] = "localhost"
-os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000)
+os.environ["MASTER_PORT"] = str(16000 + int(os.environ["SLURM_JOB_ID"]) % 16000)
 device = pick_device(rank)  # cuda:rank (of the GPUs this task sees) and set_device; else the CPU
 backend = backend_for(device)  # nccl for GPU tensors, gloo for CPU tensors
 # a collective that waits longer than the timeout fails: a dead peer never hangs the job

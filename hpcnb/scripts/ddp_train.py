@@ -32,7 +32,7 @@ if "MASTER_ADDR" not in os.environ:
                            capture_output=True, text=True, check=True).stdout.split()
     os.environ["MASTER_ADDR"] = nodes[0]
 if "MASTER_PORT" not in os.environ:
-    os.environ["MASTER_PORT"] = str(20000 + int(os.environ["SLURM_JOB_ID"]) % 40000)
+    os.environ["MASTER_PORT"] = str(16000 + int(os.environ["SLURM_JOB_ID"]) % 16000)
 device = pick_device(local_rank)  # cuda:local_rank (of the GPUs this task sees) and set_device; else the CPU
 backend = backend_for(device)  # nccl for GPU tensors, gloo for CPU tensors
 # a collective that waits longer than the timeout fails: a dead peer never hangs the job
