@@ -235,3 +235,36 @@ def test_sacct_format_options_add_up(workdir: Path) -> None:
     job = ended_job()
     done = run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "JobID", "-o", "JobName", "-b"])
     assert done.stdout == f"{job}|wrap|{job}|COMPLETED|0:0\n"
+
+
+# -- salloc whose allocation is revoked -------------------------------------------------------------
+@pytest.mark.parametrize("kill", [None, "-K", "--kill-command=INT"])
+def test_salloc_revoked_ends_the_steps_and_leaves_the_command_unless_told(workdir: Path, kill: str | None) -> None:
+    """As Slurm's salloc: scancel ends the allocation (and its steps) at once; the command, on the
+    login node, runs on and salloc waits for it, unless -K/--kill-command names a signal for it."""
+    import subprocess
+
+    command = "srun sleep 60 & echo $SLURM_JOB_ID > id.txt; wait; sleep 3; echo command-ran-to-its-end"
+    salloc = subprocess.Popen(["salloc", "-N1", *([kill] if kill else []), "bash", "-c", command], cwd=workdir,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            if (workdir / "id.txt").exists() and (workdir / "id.txt").read_text().strip():
+                break
+            time.sleep(0.05)
+        job = int((workdir / "id.txt").read_text())
+        wait_state(job, ("RUNNING",))
+        time.sleep(0.5)  # the step started
+        assert run(["scancel", str(job)]).returncode == 0
+        wait_state(job, ("CANCELLED",))  # at once, while the command still runs
+        assert salloc.poll() is None or kill
+        out, err = salloc.communicate(timeout=60)
+    finally:
+        salloc.kill()
+    assert f"salloc: Job allocation {job} has been revoked.\n" in err
+    assert "Relinquishing" not in err and "*** JOB" not in err, err
+    assert re.search(rf"STEP {job}\.0 ON node1 CANCELLED", err), err
+    if kill:
+        assert (out, salloc.returncode) == ("", 1 if kill == "-K" else 0)  # SIGTERM: 1; SIGINT: 0 (salloc.c)
+    else:
+        assert (out, salloc.returncode) == ("command-ran-to-its-end\n", 0)

@@ -247,6 +247,14 @@ def step_processes(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return found
 
 
+def gone(proc: psutil.Process) -> bool:
+    """Has this process ended (exited, or a zombie waiting to be reaped)?"""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
 def alive(pid: int | None, ctime: float | None) -> bool:
     """Is this exact process (pid + :func:`create_time`) still running (and not a zombie)?"""
     fields = _stat_fields(pid) if pid else None

@@ -76,6 +76,7 @@ class JobRequest:
     overlap: bool = False
     jobid: int | None = None  # srun --jobid: a step in that running job
     kill_on_bad_exit: int | None = None  # srun -K[N]: None = the site's KillOnBadExit (0)
+    kill_command: int | None = None  # salloc -K[sig]: signal its command when the allocation is revoked (0: default)
     given: list[str] = field(default_factory=list)  # long names of options set explicitly
     env: dict[str, str] = field(default_factory=dict)  # the environment the job starts from
     script_args: list[str] = field(default_factory=list)
@@ -309,6 +310,11 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         req.jobid = parse_count(value or "", "--jobid")
     elif name == "kill-on-bad-exit":
         req.kill_on_bad_exit = 1 if value is None else parse_count(value, "--kill-on-bad-exit", positive=False)
+    elif name == "kill-command":
+        signum = _signal_number(value) if value else 0
+        if signum is None:
+            raise UsageError("Invalid --kill-command specification", exit_code=255)
+        req.kill_command = signum
     elif name == "requeue":
         req.requeue = True
     elif name == "no-requeue":

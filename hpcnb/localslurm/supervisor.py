@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import hostlist
 
@@ -72,6 +72,10 @@ class Supervisor:
         self.node = job["alloc"][0]["node"]
         self.max_rss = 0
         self.db_inode = _inode(paths.db_path())
+        # salloc's: a revoked allocation (scancel, time limit) ends its steps and is recorded at once,
+        # while the command (on the login node) runs on; this is then told the outcome
+        self.on_revoke: Callable[[Supervisor, Outcome], None] | None = None
+        self.revoked: Outcome | None = None
 
     def _fresh(self) -> None:
         """Reconnect if the state file was replaced (``hpcnb slurm recover``) while the job ran."""
@@ -135,9 +139,10 @@ class Supervisor:
                 warn_at = None
             if deadline is not None and now >= deadline and verdict is None:
                 verdict = Outcome("TIMEOUT", step_state="CANCELLED", step_signal=signal.SIGTERM)
-                self._kill_all("DUE TO TIME LIMIT")
+                self._end(verdict, "DUE TO TIME LIMIT")
+                deadline = warn_at = None
                 continue
-            if now >= next_poll:
+            if now >= next_poll and self.revoked is None:
                 next_poll = now + MEM_POLL_S
                 usage = procs.rss_by_step_node(procs.descendants(), self.node)
                 max_rss = max(max_rss, sum(usage.values()))
@@ -153,7 +158,7 @@ class Supervisor:
                     verdict = Outcome("OUT_OF_MEMORY", 0, 125, "OUT_OF_MEMORY", 0, 125)
                     self._kill_all(None, grace=False)
                     continue
-            wake = [t for t in (deadline, warn_at, next_poll) if t is not None]
+            wake = [t for t in (deadline, warn_at, None if self.revoked else next_poll) if t is not None] or [now + 1]
             timeout = max(0.0, min(wake) - time.time())
             sig = signal.sigtimedwait(WATCHED, timeout)
             self._reap()
@@ -248,7 +253,7 @@ class Supervisor:
             except OSError:
                 pass
 
-    def _banner(self, why: str | None) -> None:
+    def _banner(self, why: str | None, job_line: bool = True) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         tail = f" {why}" if why else ""
         # as Slurm 22.05: each running step's srun says it was aborted, its slurmstepd prints a STEP line
@@ -260,7 +265,8 @@ class Supervisor:
                         "step to finish.")
             self._write(f"slurmstepd-{first}: error: *** STEP {self.job['id']}.{step['step']} ON {first} "
                         f"CANCELLED AT {stamp}{tail} ***")
-        self._say(f"error: *** JOB {self.job['id']} ON {self.node} CANCELLED AT {stamp}{tail} ***")
+        if job_line:
+            self._say(f"error: *** JOB {self.job['id']} ON {self.node} CANCELLED AT {stamp}{tail} ***")
 
     def _write(self, line: str) -> None:
         if self.err_fd is not None:
@@ -290,6 +296,28 @@ class Supervisor:
             self._reap()
         self._reap()
 
+    def _end(self, outcome: Outcome, why: str | None) -> None:
+        """End the job's processes; for salloc only its steps' (see ``on_revoke``)."""
+        if self.on_revoke is None:
+            self._kill_all(why)
+            return
+        self._banner(why, job_line=False)
+        self._stop(procs.step_processes(procs.descendants()))
+        self.finish(outcome)
+        self.revoked = outcome
+        self.on_revoke(self, outcome)
+
+    def _stop(self, targets: list) -> None:
+        """SIGCONT+SIGTERM, then SIGKILL after KillWait, to these processes only."""
+        procs.send(targets, signal.SIGCONT)
+        procs.send(targets, signal.SIGTERM)
+        end = time.time() + self.cluster.kill_wait_s
+        while time.time() < end and not all(map(procs.gone, targets)):
+            signal.sigtimedwait(WATCHED, 0.05)
+            self._reap()
+        procs.send(targets, signal.SIGKILL)
+        self._reap()
+
     def _deliver_warning(self) -> None:
         batch_only, signum, _ = self.job["req"]["signal"]
         tree = procs.descendants()
@@ -304,8 +332,9 @@ class Supervisor:
         row = self.conn.execute("SELECT control FROM jobs WHERE id=?", (self.job["id"],)).fetchone()
         action = row["control"] if row else None
         if action == "cancel":
-            self._kill_all(None)
-            return Outcome("CANCELLED", 0, 0, "CANCELLED", 0, signal.SIGTERM)
+            outcome = Outcome("CANCELLED", 0, 0, "CANCELLED", 0, signal.SIGTERM)
+            self._end(outcome, None)
+            return outcome
         if action in ("requeue", "preempt"):
             requeue = self.job["kind"] == "batch" and (action == "requeue" or self.job["req"].get("requeue") is not False)
             self._kill_all("DUE TO PREEMPTION" if action == "preempt" else "DUE TO JOB REQUEUE")

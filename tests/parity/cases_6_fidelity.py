@@ -34,9 +34,14 @@ def check_all(case: str, got: dict[str, dict]) -> None:
     assert not errors, "\n\n".join(errors)
 
 
+def any_node(text: str) -> str:
+    """Node names as <NODE>: a one-node job lands on either node (the other may be busy)."""
+    return re.sub(r"\bnode[12]\b", "<NODE>", text)
+
+
 def answer(side: Side, norm: Norm, wd: Path, argv: list[str], env: dict[str, str] | None = None) -> tuple:
     res = side.run(argv, wd, env=env, timeout=60)
-    return res.rc, ids_text(norm, res.stdout), ids_text(norm, res.stderr)
+    return res.rc, any_node(ids_text(norm, res.stdout)), any_node(ids_text(norm, res.stderr))
 
 
 # -- srun in a job that has ended, never was, or waits; salloc with a stale SLURM_JOB_ID -------------
@@ -86,14 +91,23 @@ KILL_CASES = {  # name: (srun options, environment)
 }
 
 
-def _outcome(side: Side, wd: Path, norm: Norm, stderr: str) -> dict:
-    """The job's accounting once final, with srun's stderr lines (in no fixed order) normalised."""
+STEP_CANCELLED = re.compile(r"error: \*\*\* STEP \S+ ON \S+ CANCELLED AT")
+
+
+def _outcome(side: Side, wd: Path, norm: Norm, stderr: str, placed: bool = False) -> dict:
+    """The job's accounting once final, with srun's stderr lines (in no fixed order) normalised. Unless
+    ``placed`` (-N2: node1 and node2), a one-node job may land on either node: the name is not compared."""
     ids = {int(f.read_text()) for f in wd.glob("id.*")}
     norm.add_ids(*ids)
     for job in ids:
         side.wait_done(job, wd)
     rows = [side.ok(["sacct", "-n", "-P", "-j", str(job), "-o", "JobID,State,ExitCode"], wd).stdout
             for job in sorted(ids)]
+    if not placed:
+        stderr = any_node(stderr)
+    # a real srun ending its step (-K) shows slurmstepd's "*** STEP ... CANCELLED" line only when that
+    # arrives before srun exits: sometimes, not always (seen on a busy 22.05); it is not compared
+    stderr = "".join(x for x in stderr.splitlines(keepends=True) if not STEP_CANCELLED.search(x))
     return {"stderr": sorted(ids_text(norm, stderr).splitlines()), "sacct": [ids_text(norm, r) for r in rows]}
 
 
@@ -106,7 +120,7 @@ def test_fidelity_srun_kill_on_bad_exit(sides, case: str) -> None:
         side.wait_no_completing(wd)
         res = side.run(["srun", *args, "bash", "-c", FAIL_ONE], wd, env=env, timeout=60)
         norm = Norm(side, [wd])
-        return {"exit code": res.rc, "stdout": res.stdout, **_outcome(side, wd, norm, res.stderr)}
+        return {"exit code": res.rc, "stdout": res.stdout, **_outcome(side, wd, norm, res.stderr, "-N2" in args)}
 
     check_all(f"srun {case}", on_both(sides, one))
 
@@ -125,7 +139,7 @@ def test_fidelity_srun_task_killed_by_a_signal(sides, case: str) -> None:
         wd = side.workdir(f"fidelity-signal-{re.sub(r'[^A-Za-z0-9]+', '-', case)}")
         side.wait_no_completing(wd)
         res = side.run(["srun", *args, "bash", "-c", f"echo $SLURM_JOB_ID > id.$SLURM_PROCID; {script}"], wd)
-        return {"exit code": res.rc, **_outcome(side, wd, Norm(side, [wd]), res.stderr)}
+        return {"exit code": res.rc, **_outcome(side, wd, Norm(side, [wd]), res.stderr, "-N2" in args)}
 
     check_all(f"srun task signal {case}", on_both(sides, one))
 
@@ -202,3 +216,31 @@ def test_fidelity_submitit_sacct_query(sides) -> None:
                                                               "-o", "JobName", "-b"])}
 
     check_all("submitit sacct", on_both(sides, one))
+
+
+# -- salloc whose allocation is revoked (scancel): its command runs on, unless -K ------------------
+SALLOC_REVOKED = {  # name: salloc options before the command
+    "no -K": [],
+    "-K": ["-K"],
+    "--kill-command=INT": ["--kill-command=INT"],
+}
+# the command outlives the cancel by a few seconds and says whether it got to its end
+# a node still busy with another case's job: salloc waits first (not what this case compares)
+WAITING = re.compile(r"Pending job allocation|queued and waiting|has been allocated resources")
+COMMAND = "echo $SLURM_JOB_ID > id.txt; sleep 6; echo command-ran-to-its-end"
+
+
+@pytest.mark.parametrize("case", SALLOC_REVOKED)
+def test_fidelity_salloc_revoked_by_scancel(sides, case: str) -> None:
+    def one(side: Side) -> dict:
+        wd = side.workdir(f"fidelity-salloc-revoked-{re.sub(r'[^A-Za-z0-9]+', '-', case)}")
+        side.wait_no_completing(wd)
+        script = (f"salloc -N1 -J revoked {' '.join(SALLOC_REVOKED[case])} bash -c '{COMMAND}' & "
+                  "for i in $(seq 100); do [ -s id.txt ] && break; sleep 0.1; done; "
+                  "sleep 1; scancel $(cat id.txt); wait $!; echo salloc-rc=$?")
+        res = side.run(script, wd, timeout=60)
+        norm = Norm(side, [wd])
+        stderr = "".join(x for x in res.stderr.splitlines(keepends=True) if not WAITING.search(x))
+        return {"stdout": res.stdout, **_outcome(side, wd, norm, stderr)}
+
+    check_all(f"salloc revoked {case}", on_both(sides, one))

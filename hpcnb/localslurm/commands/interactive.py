@@ -53,14 +53,17 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
     return conn, job
 
 
-def supervise(job: dict, start) -> tuple[Outcome, Supervisor]:
-    """Run ``start(supervisor)`` (which spawns the processes to wait for) under limits; record the end."""
+def supervise(job: dict, start, on_revoke=None) -> tuple[Outcome, Supervisor]:
+    """Run ``start(supervisor)`` (which spawns the processes to wait for) under limits; record the end.
+    With ``on_revoke`` (salloc), a cancel or the time limit ends the steps only (see Supervisor)."""
     procs.become_subreaper()
     signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     sup = Supervisor(job["id"])
+    sup.on_revoke = on_revoke
     sup.register()
     sup.err_fd = 2
     start(sup)
     outcome = sup.watch()
-    sup.finish(outcome)
+    if sup.revoked is None:
+        sup.finish(outcome)
     return outcome, sup

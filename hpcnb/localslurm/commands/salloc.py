@@ -8,9 +8,13 @@ import sys
 from hpcnb.slurm_options import OptionError
 
 from .. import envvars, procs
+from ..procs import psutil
 from ..request import SubmitError, UsageError, default_name
 from .common import build_request, report
 from .interactive import allocate, supervise
+
+# a command killed by one of these makes salloc exit 0; by any other signal, 1 (salloc.c)
+USER_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
@@ -30,11 +34,27 @@ def main(argv: list[str]) -> int:
     def start(sup) -> None:
         sup.mains[procs.spawn(command, env, os.getcwd(), (0, 1, 2), False, error_prefix="salloc")] = None
 
-    outcome, _ = supervise(job, start)
-    if outcome.state == "TIMEOUT":
-        print(f"salloc: Job {job['id']} has exceeded its time limit and its allocation has been revoked.",
-              file=sys.stderr)
-    print(f"salloc: Relinquishing job allocation {job['id']}", file=sys.stderr, flush=True)
-    if outcome.exit_signal:
-        return 128 + outcome.exit_signal
-    return outcome.exit_code
+    def revoked(sup, outcome) -> None:
+        """As Slurm's salloc: say so; the command runs on unless -K/--kill-command asked for a signal."""
+        if outcome.state == "TIMEOUT":
+            print(f"salloc: Job {job['id']} has exceeded its time limit and its allocation has been revoked.",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"salloc: Job allocation {job['id']} has been revoked.", file=sys.stderr, flush=True)
+        if req.kill_command is not None:
+            signum = req.kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM)
+            for pid, status in sup.mains.items():  # Slurm's salloc signals the command's process group
+                try:
+                    group = [psutil.Process(pid), *procs.descendants(pid)] if status is None else []
+                except psutil.Error:
+                    continue
+                procs.send(group, signum)
+
+    outcome, sup = supervise(job, start, on_revoke=revoked)
+    if sup.revoked is None:
+        print(f"salloc: Relinquishing job allocation {job['id']}", file=sys.stderr, flush=True)
+    statuses = [s for s in sup.mains.values() if s is not None]
+    status = statuses[0] if statuses else 0
+    if os.WIFSIGNALED(status):  # as Slurm's salloc: most likely the user's own signal, then no error
+        return 0 if os.WTERMSIG(status) in USER_SIGNALS else 1
+    return os.WEXITSTATUS(status)
