@@ -578,6 +578,22 @@ class Job:
             argv.insert(1, "-X")
         return [AccountingRow.parse(line) for line in _checked(argv).splitlines() if line.strip()]
 
+    def wait_accounted(self, timeout: float = 60.0) -> str:
+        """Block until sacct has the finished job's end, and return its state. A real slurmdbd may
+        lag seconds behind the queue: just after the end it can still say PENDING (a salloc job
+        then even named ``allocation``). Raises TimeoutError, with the states seen, after ``timeout``."""
+        deadline, seen = time.monotonic() + timeout, "nothing"
+        while True:
+            res = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "-o", "State"])
+            lines = res.stdout.splitlines() if res.returncode == 0 else []
+            states = [_base_state(line) for line in lines if line.strip()]
+            if states and all(s in FINISHED_STATES for s in states):
+                return states[0] if len(set(states)) == 1 else ",".join(states)
+            seen = ", ".join(states) or (res.stderr.strip() or "no row")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"sacct has no end for job {self.id} after {timeout:g} s (it says: {seen})")
+            time.sleep(0.2)
+
     def _job_rows(self) -> list[AccountingRow]:
         return self.accounting(steps=False)
 

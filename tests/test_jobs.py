@@ -105,6 +105,18 @@ def test_wrap_job_completes_with_accounting(workdir: Path) -> None:
     assert Job.attach(job.id) == job and repr(job) == f"<Job {job.id} COMPLETED>"
 
 
+def test_wait_accounted_returns_the_end_or_times_out_with_what_it_saw(workdir: Path) -> None:
+    job = submit(wrap="exit 3", cwd=workdir)
+    job.wait(quiet=True)
+    assert job.wait_accounted(timeout=10) == "FAILED"
+    held = submit(wrap="true", cwd=workdir, hold=True)
+    try:
+        with pytest.raises(TimeoutError, match=rf"no end for job {held.id} after 0.5 s \(it says: PENDING\)"):
+            held.wait_accounted(timeout=0.5)
+    finally:
+        held.cancel()
+
+
 def test_script_job_with_args_and_script_text(workdir: Path) -> None:
     script = workdir / "hello.sh"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=from-file\necho \"args: $1 $2\"\n")
