@@ -3,7 +3,8 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-parity (after real-slurm-up), real-slurm-up, real-slurm-down, clean.
+# Other targets: setup, test-parity and test-real-course (after real-slurm-up), real-slurm-up,
+#                real-slurm-down, clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
 #            where PyPI's default torch build is too large for you).
@@ -24,7 +25,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-parity real-slurm-up real-slurm-down clean
+.PHONY: help setup lab test test-parity test-real-course real-slurm-up real-slurm-down clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -96,6 +97,11 @@ test: setup
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
 test-parity: setup
 	$(call pytest,--durations=10 tests/parity,parity)
+
+# make test-real-course: every lesson and solution, unchanged, on the real Slurm, run by an
+# unprivileged user with its own venv (as root; start the real Slurm first: make real-slurm-up).
+test-real-course: setup
+	CELL_LIMIT=$(CELL_LIMIT) RUN_LIMIT=$(RUN_LIMIT) bash ci/real-course.sh
 
 real-slurm-up:
 	bash ci/real-slurm.sh up

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ci/real-course.sh - every lesson and solution notebook, unchanged, on the real Slurm 22.05
+# that ci/real-slurm.sh starts, run by an unprivileged user (as on a cluster's login node).
+#
+#   ci/real-course.sh [NOTEBOOK...]     default: notebooks/ and solutions/
+#
+# As root: makes the user $COURSE_USER (once), copies the working tree into its home (tracked
+# and untracked-but-not-ignored files), sets up its own venv from Debian's /usr/bin/python3
+# (`make setup`; the Horovod wheel root built is shared through a readable cache), then runs
+# nbval there with HPCNB_SLURM=real and only the real Slurm's commands on PATH. Each cell has
+# CELL_LIMIT s, the whole run RUN_LIMIT s. The junit report (per-notebook times, read by
+# benchmarks/lesson_times.py) is copied to test-artifacts/real-course.xml.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+COURSE_USER=${COURSE_USER:-hpcnb-student}
+CELL_LIMIT=${CELL_LIMIT:-300}
+RUN_LIMIT=${RUN_LIMIT:-1500}
+WHEELS=/var/cache/hpcnb/wheels  # readable by the course user: the Horovod build is not redone
+
+log() { echo "[real-course $(date +%T)] $*" >&2; }
+[[ $(id -u) -eq 0 ]] || { log "run me as root (I create a user and run as it with runuser)"; exit 1; }
+bash "$HERE/ci/real-slurm.sh" status >/dev/null || { log "the real Slurm is not up: bash ci/real-slurm.sh up"; exit 1; }
+
+id "$COURSE_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$COURSE_USER"
+home=$(getent passwd "$COURSE_USER" | cut -d: -f6)
+pip_settings=()  # this machine's pip settings (PIP_FIND_LINKS: the CPU torch wheel on local disk)
+for name in $(compgen -e | grep '^PIP_' || true); do pip_settings+=("$name=${!name}"); done
+as_user() { runuser -u "$COURSE_USER" -- env -i HOME="$home" USER="$COURSE_USER" LOGNAME="$COURSE_USER" \
+    PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 HPCNB_SLURM=real HPCNB_WHEEL_CACHE="$WHEELS" \
+    "${pip_settings[@]}" "$@"; }
+
+# the Horovod wheel root already built (make setup), where the course user can read it
+mkdir -p "$WHEELS"
+[[ -d $HOME/.cache/hpcnb/wheels ]] && cp -a "$HOME/.cache/hpcnb/wheels/." "$WHEELS/"
+chown -R "$COURSE_USER" "$WHEELS"
+
+log "copying the working tree to $home/hpcnb"
+tree=$home/hpcnb
+mkdir -p "$tree"
+(cd "$HERE" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$tree"
+rm -rf "$tree/notebooks/work" "$tree/solutions/work"
+chown -R "$COURSE_USER": "$tree"
+
+log "make setup as $COURSE_USER (Debian's python3)"
+start=$SECONDS
+as_user make -C "$tree" --no-print-directory setup PYTHON=/usr/bin/python3 >"$tree/setup.log" 2>&1 ||
+    { tail -n 30 "$tree/setup.log" >&2; log "setup failed"; exit 1; }
+log "setup: $((SECONDS - start)) s"
+
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(notebooks solutions)
+log "nbval on the real Slurm: ${targets[*]}"
+rc=0
+as_user bash -c "cd '$tree' && timeout -k 30 $RUN_LIMIT .venv/bin/python -m pytest -p no:cacheprovider \
+    -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
+    --nbval-cell-timeout=$CELL_LIMIT --durations=30 --junitxml=real-course.xml ${targets[*]}" || rc=$?
+mkdir -p "$HERE/test-artifacts"
+cp "$tree/real-course.xml" "$HERE/test-artifacts/real-course.xml" 2>/dev/null || true
+[[ $rc -ne 124 ]] || log "nbval ran past $RUN_LIMIT s and was stopped"
+exit "$rc"
