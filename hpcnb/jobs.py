@@ -51,6 +51,7 @@ FINISHED_STATES = frozenset({
 })
 ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
 COMMAND_TIMEOUT_S = 60.0
+ACCOUNTING_LAG_S = 30.0  # how long a finished job's wait gives a real slurmdbd to record its end
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _OPTION_ALIASES = {"name": "job-name"}  # as in hpcnb.jobscript.JobScript
 
@@ -484,6 +485,8 @@ class Job:
     def wait(self, timeout: float | None = None, poll: float | None = None, *, quiet: bool = False,
              check: bool = False) -> str:
         """Block until the job (every task of an array) has finished; return the final state.
+        On a real Slurm it then gives the accounting up to 30 s to record the end (see
+        :meth:`wait_accounted`), so that sacct read right after agrees with the queue.
 
         Shows a progress bar unless ``quiet``. ``poll`` fixes the seconds between queries (default:
         from 0.05 s, growing to 1 s on the local Slurm and 5 s on a real one). Raises TimeoutError
@@ -523,6 +526,11 @@ class Job:
         finally:
             if bar:
                 bar.close()
+        if which_slurm() == "real":  # what follows a wait reads sacct: let the accounting catch up
+            try:
+                self.wait_accounted(timeout=ACCOUNTING_LAG_S)
+            except TimeoutError:
+                pass  # a site without accounting, or a slow one: the queue's word stands
         final = _summarize(states.values())
         if check and final != "COMPLETED":
             failed = next((k for k, s in states.items() if s != "COMPLETED"), self.id)
