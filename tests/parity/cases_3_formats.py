@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import DATE_LINE, TIME_RE, Norm, Side, compare, intentional, on_both, parse_keyvals
+from .harness import DATE_LINE, TIME_RE, Norm, Side, backfill_year, compare, intentional, on_both, parse_keyvals
 
 
 SCRIPT = "#!/bin/bash\necho out-line\necho err-line >&2\nsrun -N1 -n1 true\n"
@@ -89,7 +89,7 @@ def _sacct_rows(side: Side, norm: Norm, job_id: int, wd: Path, fields: str) -> l
         cells[0] = norm.job(cells[0])
         if fields.startswith("JobID,JobIDRaw"):
             cells[1] = norm.job(cells[1])
-        out.append(norm.path("|".join(cells)))
+        out.append(backfill_year(norm.path("|".join(cells))))
     return out
 
 
@@ -227,6 +227,8 @@ def job_record(side: Side, norm: Norm, job: str, wd: Path) -> list[tuple[str, st
             value = "<ALLOC_NODE>"  # see INTENTIONAL["alloc_node"]
         elif key == "Dependency":
             value = re.sub(r":(\d+)", lambda m: ":" + norm.job(m.group(1)), value)
+        elif key == "TimeLimit":
+            value = backfill_year(value)
         else:
             value = norm.path(value)
         out.append((key, value))
