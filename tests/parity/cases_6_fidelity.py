@@ -13,9 +13,10 @@ import pytest
 from .harness import Norm, Side, compare, intentional, on_both, settled_text
 
 TRUE = "#!/bin/bash\ntrue\n"
-# task $FAIL (default 1) fails at once; the other would run on for 5 s (and say "survived")
-FAIL_ONE = ('echo $SLURM_JOB_ID > id.$SLURM_PROCID; if [ $SLURM_PROCID = ${FAIL:-1} ]; then exit 3; fi; sleep 5; '
-            'echo survived')
+# task $FAIL (default 1) fails at once; the other would run on for 10 s (and say "survived"), as one
+# process: a bash waiting for its sleep may outlive a real 22.05's SIGTERM to the step (seen in CI)
+FAIL_ONE = ('echo $SLURM_JOB_ID > id.$SLURM_PROCID; if [ $SLURM_PROCID = ${FAIL:-1} ]; then exit 3; fi; '
+            'exec python3 -c "import time; time.sleep(10); print(\\"survived\\")"')
 
 
 def ids_text(norm: Norm, text: str) -> str:
