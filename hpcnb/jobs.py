@@ -157,6 +157,12 @@ def _summarize(states: Iterable[str]) -> str:
 
 # ------------------------------------------------------------------------ running commands
 
+def _missing_rows(expected: Mapping[str, str], accounted: Mapping[str, str]) -> list[str]:
+    """The records of ``expected`` (JobID -> NodeList, "" = any) that sacct's ``accounted`` lacks."""
+    return [f"{job_id} on {nodes}" if nodes else job_id for job_id, nodes in expected.items()
+            if job_id not in accounted or (nodes and accounted[job_id] != nodes)]
+
+
 def _slurm(args: list[str], *, cwd: Path | None = None, input: str | None = None,
            timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run one Slurm command (an argument list, no shell) with the chosen Slurm first on PATH."""
@@ -589,18 +595,39 @@ class Job:
     def wait_accounted(self, timeout: float = 60.0) -> str:
         """Block until sacct has the finished job's end, and return its state. A real slurmdbd may
         lag seconds behind the queue: just after the end it can still say PENDING (a salloc job
-        then even named ``allocation``). Raises TimeoutError, with the states seen, after ``timeout``."""
-        deadline, seen = time.monotonic() + timeout, "nothing"
+        then even named ``allocation``), show one row for a whole array, or one node of two. So
+        the rows must also match what ``scontrol`` still knows of the job (ids and nodes).
+        Raises TimeoutError, with the states seen, after ``timeout``."""
+        deadline, seen, expected = time.monotonic() + timeout, "nothing", None
         while True:
-            res = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "-o", "State"])
-            lines = res.stdout.splitlines() if res.returncode == 0 else []
-            states = [_base_state(line) for line in lines if line.strip()]
+            res = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "-o", "JobID,State,NodeList"])
+            rows = [line.split("|") for line in res.stdout.splitlines() if line.count("|") == 2] \
+                if res.returncode == 0 else []
+            states = [_base_state(state) for _, state, _ in rows]
             if states and all(s in FINISHED_STATES for s in states):
-                return states[0] if len(set(states)) == 1 else ",".join(states)
-            seen = ", ".join(states) or (res.stderr.strip() or "no row")
+                expected = self._records_known_to_scontrol() if expected is None else expected
+                missing = _missing_rows(expected, {job_id: nodes for job_id, _, nodes in rows})
+                if not missing:
+                    return states[0] if len(set(states)) == 1 else ",".join(states)
+                seen = f"{', '.join(states)}; not yet: {', '.join(missing)}"
+            else:
+                seen = ", ".join(states) or (res.stderr.strip() or "no row")
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sacct has no end for job {self.id} after {timeout:g} s (it says: {seen})")
             time.sleep(0.2)
+
+    def _records_known_to_scontrol(self) -> dict[str, str]:
+        """sacct's JobID -> NodeList ("" if none) of each record ``scontrol`` still shows for the
+        job (an array: one per task); empty once Slurm has forgotten the job (MinJobAge)."""
+        res = _slurm(["scontrol", "-o", "show", "job", self.id])
+        records: dict[str, str] = {}
+        for line in res.stdout.splitlines() if res.returncode == 0 else []:
+            fields = dict(re.findall(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|NodeList)=(\S*)", line))
+            if "JobId" in fields:
+                task = fields.get("ArrayTaskId")
+                key = f"{fields['ArrayJobId']}_{task}" if task else fields["JobId"]
+                records[key] = "" if fields.get("NodeList", "") in ("", "(null)") else fields["NodeList"]
+        return records
 
     def _job_rows(self) -> list[AccountingRow]:
         return self.accounting(steps=False)

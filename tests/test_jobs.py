@@ -117,6 +117,41 @@ def test_wait_accounted_returns_the_end_or_times_out_with_what_it_saw(workdir: P
         held.cancel()
 
 
+def test_wait_accounted_waits_for_every_array_task_and_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real slurmdbd first shows an array as one row and a two-node job on one node (22.05,
+    seen in the course's real-Slurm run); the wait goes on until sacct matches scontrol."""
+    import hpcnb.jobs as jobs
+
+    scontrol = ("JobId=9 ArrayJobId=7 ArrayTaskId=2 JobState=COMPLETED ReqNodeList=(null) NodeList=node[1-2]\n"
+                "JobId=8 ArrayJobId=7 ArrayTaskId=1 JobState=COMPLETED ReqNodeList=(null) NodeList=node1\n")
+    sacct_replies = iter(["7|COMPLETED|node1\n",
+                          "7_1|COMPLETED|node1\n7_2|COMPLETED|node1\n",
+                          "7_1|COMPLETED|node1\n7_2|COMPLETED|node[1-2]\n"])
+    calls = []
+
+    def fake_slurm(args: list[str], **_: object) -> subprocess.CompletedProcess:
+        calls.append(args[0])
+        out = scontrol if args[0] == "scontrol" else next(sacct_replies)
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(jobs, "_slurm", fake_slurm)
+    monkeypatch.setattr(jobs.time, "sleep", lambda _: None)
+    assert Job("7").wait_accounted(timeout=10) == "COMPLETED"
+    assert calls == ["sacct", "scontrol", "sacct", "sacct"]
+
+
+def test_wait_accounted_names_the_rows_it_still_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hpcnb.jobs as jobs
+
+    def fake_slurm(args: list[str], **_: object) -> subprocess.CompletedProcess:
+        out = "JobId=5 JobState=COMPLETED NodeList=node[1-2]\n" if args[0] == "scontrol" else "5|COMPLETED|node1\n"
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(jobs, "_slurm", fake_slurm)
+    with pytest.raises(TimeoutError, match=r"COMPLETED; not yet: 5 on node\[1-2\]"):
+        Job("5").wait_accounted(timeout=0.3)
+
+
 def test_script_job_with_args_and_script_text(workdir: Path) -> None:
     script = workdir / "hello.sh"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=from-file\necho \"args: $1 $2\"\n")
