@@ -1,57 +1,233 @@
 """The ``hpcnb`` command: local Slurm management, the course kernel, and the linter.
 
-  hpcnb slurm-path                 print the folder holding the local Slurm's commands
-  hpcnb which-slurm                which Slurm the course uses (local or real), and why
-  hpcnb slurm status|stop          the local Slurm's controller
-  hpcnb slurm reset [--profile P]  forget all jobs (and switch the emulated site)
-  hpcnb slurm recover              keep a damaged state file aside and start a fresh one
-  hpcnb slurm preempt JOBID        preempt a running job (requeued unless --no-requeue)
-  hpcnb check-names                check that the virtual node names resolve
-  hpcnb kernel install [--user]    register the course's Jupyter kernel
-  hpcnb lint [--profile P] FILE..  check job scripts
+  hpcnb slurm-path                        print the folder holding the local Slurm's commands
+  hpcnb which-slurm                       which Slurm the course uses (local or real), and why
+  hpcnb slurm [status]                    the local Slurm's state folder, profile, controller, jobs
+  hpcnb slurm stop                        stop its controller (jobs keep running)
+  hpcnb slurm reset [--profile NAME]      forget all jobs (and switch the emulated site)
+  hpcnb slurm recover                     keep a damaged state file aside and salvage what it can
+  hpcnb slurm preempt JOBID               preempt a running job (requeued unless submitted --no-requeue)
+  hpcnb slurm slow-node NODE FACTOR       srun tasks on NODE run FACTOR (1-20) times slower; 1 = normal
+  hpcnb check-names                       check that the virtual node names resolve
+  hpcnb kernel install [--user | --sys-prefix | --prefix DIR]
+                                          register the course's Jupyter kernel (default: --sys-prefix)
+  hpcnb lint [--profile NAME] SCRIPT...   check job scripts (``-`` reads standard input)
+  hpcnb --version | --help | COMMAND --help
+
+Exit codes (the same for every command):
+
+  0  done; ``lint``: no errors (warnings alone do not count)
+  1  a finding or a failure: ``lint`` found an error, ``check-names`` found names that do not
+     resolve, ``slurm preempt`` found the job not running, ``slurm slow-node`` got an unknown node or
+     a factor outside 1-20, the local Slurm's state file is damaged (``hpcnb slurm recover``)
+  2  usage, as argparse answers it (one message on stderr, never a traceback): an unknown command
+     or option, a missing or malformed argument, an unknown site profile; ``lint``: a script that
+     cannot be read
+
+The whole grammar is here, in one parser; each command imports what it needs only when it runs,
+so ``--help``, ``--version``, ``slurm-path`` and ``which-slurm`` start fast (no torch, psutil or
+controller). ``python -m hpcnb.cli ...`` is the same command (tests and notebooks use it).
 """
 from __future__ import annotations
 
+import argparse
+import shutil
 import sys
+from collections.abc import Callable, Sequence
+
+from hpcnb import __version__
+
+OK, FAILED, USAGE = 0, 1, 2
+
+_EXIT_CODES = """\
+exit codes:
+  0  done (lint: no errors)
+  1  a finding or a failure (lint errors, names that do not resolve, a job that is
+     not running, a damaged state file, ...)
+  2  usage: unknown command or option, missing or malformed argument, unknown profile"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    command, rest = args[0], args[1:]
-    if command == "slurm-path":
-        from hpcnb.backend import local_bin_dir
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; command names and their summaries on one line."""
 
-        print(local_bin_dir())
-        return 0
-    if command == "which-slurm":
-        from hpcnb.backend import choose_slurm
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=24, width=min(100, shutil.get_terminal_size().columns - 2))
 
-        choice = choose_slurm()
-        print(choice.slurm)
-        print(f"  why: {choice.why}")
-        return 0
-    if command == "slurm":
-        from hpcnb.localslurm.admin import main as admin
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS and isinstance(action.choices, dict):  # a command list:
+            longest = max(map(len, action.choices), default=0)  # its names are indented 2 more
+            self._action_max_length = max(self._action_max_length, longest + self._current_indent + 2)
 
-        return admin(rest)
-    if command == "check-names":
-        from hpcnb.localslurm.names import main as names
 
-        return names(rest)
-    if command == "kernel" and rest[:1] == ["install"]:
+class _Parser(argparse.ArgumentParser):
+    """argparse, with ``intermixed=True`` for commands whose options may come between their
+    positional arguments (``hpcnb lint a.sh --profile narval b.sh``, as the old hand parser took)."""
+
+    def __init__(self, *args, intermixed: bool = False, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+        self._intermixed = intermixed
+        self._inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if not self._intermixed or self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True  # parse_known_intermixed_args calls back here on some Python versions
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+def _job_id(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
+    return int(text)
+
+
+# ------------------------------------------------------------------------------ the commands
+
+def _slurm_path(args: argparse.Namespace) -> int:
+    from hpcnb.backend import local_bin_dir
+
+    print(local_bin_dir())
+    return OK
+
+
+def _which_slurm(args: argparse.Namespace) -> int:
+    from hpcnb.backend import choose_slurm
+
+    choice = choose_slurm()
+    print(choice.slurm)
+    print(f"  why: {choice.why}")
+    return OK
+
+
+def _on_local_state(prog: str, action: Callable[[], int]) -> int:
+    """Run ``action``; a damaged or unreadable state file is one message and exit 1."""
+    import sqlite3
+
+    from hpcnb.localslurm import db
+
+    try:
+        return action()
+    except db.StateError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+    except sqlite3.Error as err:
+        print(f"{prog}: error: {db.state_error(err)}", file=sys.stderr)
+    return FAILED
+
+
+def _slurm(args: argparse.Namespace) -> int:
+    from hpcnb.localslurm import admin
+
+    verb = args.verb or "status"
+    options = {"profile": getattr(args, "profile", None), "job_id": getattr(args, "job_id", None),
+               "node": getattr(args, "node", None), "factor": getattr(args, "factor", None)}
+    return _on_local_state("hpcnb slurm", lambda: admin.run(verb, **options))
+
+
+def _check_names(args: argparse.Namespace) -> int:
+    from hpcnb.localslurm import names
+
+    return _on_local_state("hpcnb check-names", names.check)
+
+
+def _kernel_install(args: argparse.Namespace) -> int:
+    try:
         from hpcnb.kernel import install
 
-        print(install(user="--user" in rest))
-        return 0
-    if command == "lint":
-        from hpcnb.lint import main as lint
+        folder = install(user=True) if args.user else install(prefix=args.prefix or sys.prefix)
+    except ImportError as err:  # jupyter_client: the 'lab' extra
+        print(f"hpcnb kernel install: error: {err} (pip install 'hpcnb[lab]')", file=sys.stderr)
+        return FAILED
+    print(folder)
+    return OK
 
-        return lint(rest)
-    print(f"hpcnb: unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
-    return 2
+
+def _lint(args: argparse.Namespace) -> int:
+    from hpcnb.lint import report_files
+
+    return report_files(args.scripts, args.profile)
+
+
+# -------------------------------------------------------------------------------- the grammar
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``hpcnb`` grammar (builds without importing any command's module)."""
+    parser = _Parser(prog="hpcnb", description="Local Slurm management, the course kernel, and the job-script linter.",
+                     epilog=_EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"hpcnb {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, summary: str, run: Callable[[argparse.Namespace], int], *, parent=commands,
+                description: str | None = None, **kwargs) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, help=summary, description=description or summary, **kwargs)
+        sub.set_defaults(run=run, parser=sub)  # the innermost command's defaults win
+        return sub
+
+    command("slurm-path", "print the folder holding the local Slurm's commands", _slurm_path,
+            description="Print the folder holding the local Slurm's commands (sbatch, squeue, ...):\n"
+                        '  export PATH="$(hpcnb slurm-path):$PATH"')
+    command("which-slurm", "say which Slurm the course uses (local or real), and why", _which_slurm,
+            description="Say which Slurm the course uses (HPCNB_SLURM=local|real|auto), and why.")
+
+    slurm = command("slurm", "manage the local Slurm (status, stop, reset, recover, preempt, slow-node)", _slurm,
+                    description="Manage the embedded local Slurm. Without a verb: status.", epilog=_EXIT_CODES)
+    verbs = slurm.add_subparsers(dest="verb", metavar="VERB", title="verbs")
+    command("status", "state folder, profile, controller, job counts", _slurm, parent=verbs)
+    command("stop", "stop the controller (jobs keep running; it restarts on demand)", _slurm, parent=verbs)
+    reset = command("reset", "cancel everything, forget all jobs, optionally emulate another site", _slurm,
+                    parent=verbs)
+    reset.add_argument("--profile", metavar="NAME",
+                       help="the site profile to emulate from now on (local, narval, ..., or a .toml path)")
+    command("recover", 'after "state file is damaged": keep a copy, salvage what can be read', _slurm, parent=verbs)
+    preempt = command("preempt", "preempt a running job (requeued unless it was submitted with --no-requeue)",
+                      _slurm, parent=verbs)
+    preempt.add_argument("job_id", metavar="JOBID", type=_job_id, help="a running job's id")
+    slow = command("slow-node", "make srun tasks on one virtual node run FACTOR times slower (1 = normal)",
+                   _slurm, parent=verbs)
+    slow.add_argument("node", metavar="NODE", help="a virtual node, e.g. node2")
+    slow.add_argument("factor", metavar="FACTOR", help="from 1 (full speed) to 20")
+
+    command("check-names", "check that the virtual node names resolve (frameworks need it)", _check_names)
+
+    kernel = command("kernel", "the course's Jupyter kernel (kernel install: register it)", None,
+                     description="The course's Jupyter kernel (an ipykernel whose PATH finds the chosen Slurm).")
+    kernel_verbs = kernel.add_subparsers(dest="verb", metavar="VERB", title="verbs", required=True)
+    install = command("install", "register the kernel with Jupyter", _kernel_install, parent=kernel_verbs,
+                      description="Register the course's kernel ('hpcnb') with Jupyter; prints where it went.")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="into your own Jupyter folder (~/.local/share/jupyter)")
+    where.add_argument("--sys-prefix", action="store_true",
+                       help=f"into this Python environment's prefix ({sys.prefix}); the default")
+    where.add_argument("--prefix", metavar="DIR", help="into DIR/share/jupyter/kernels")
+
+    lint = command("lint", "find the usual job-script mistakes", _lint, intermixed=True,
+                   description="Check job scripts; prints path:line: CODE message (fix: ...).",
+                   epilog="exit codes: 0 no errors (warnings alone do not count), 1 an error found,\n"
+                          "2 usage, an unknown profile, or a script that cannot be read")
+    lint.add_argument("--profile", metavar="NAME", help="also check against a site profile (narval, ...)")
+    lint.add_argument("scripts", metavar="SCRIPT", nargs="+", help="a job script; - reads standard input")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hpcnb ARGS`` (``sys.argv[1:]`` by default); returns the exit code instead of exiting."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # answered by the command they were given to, with its usage line
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as stop:  # --help, --version (0) or a usage error (2), already printed
+        return stop.code if isinstance(stop.code, int) else USAGE
+    if args.command is None:
+        parser.print_help()
+        return OK
+    return args.run(args)
 
 
 if __name__ == "__main__":

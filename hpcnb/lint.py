@@ -26,7 +26,7 @@ from hpcnb.slurm_options import OptionError, match_long, parse_args, parse_slurm
 if TYPE_CHECKING:  # pragma: no cover
     from hpcnb.sites import Profile
 
-__all__ = ["CODES", "Finding", "lint_file", "lint_text", "main"]
+__all__ = ["CODES", "Finding", "lint_file", "lint_text", "main", "report_files"]
 
 ERROR, WARNING = "error", "warning"
 
@@ -520,38 +520,18 @@ def lint_file(path: str | Path, profile: Profile | str | None = None) -> list[Fi
     return lint_text(Path(path).read_text(encoding="utf-8", errors="surrogateescape"), profile)
 
 
-_USAGE = "usage: hpcnb lint [--profile NAME] SCRIPT..."
-
-
 def main(argv: list[str] | None = None) -> int:
-    """CLI: print findings; 0 = clean or warnings only, 1 = errors, 2 = usage problem."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    profile_name: str | None = None
-    paths: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in ("-h", "--help"):
-            print(_USAGE)
-            return 0
-        if a == "--profile":
-            if i + 1 >= len(args):
-                print(f"hpcnb lint: --profile needs a name\n{_USAGE}", file=sys.stderr)
-                return 2
-            profile_name = args[i + 1]
-            i += 2
-            continue
-        if a.startswith("--profile="):
-            profile_name = a.split("=", 1)[1]
-        elif a.startswith("-") and a != "-":
-            print(f"hpcnb lint: unknown option {a}\n{_USAGE}", file=sys.stderr)
-            return 2
-        else:
-            paths.append(a)
-        i += 1
-    if not paths:
-        print(_USAGE, file=sys.stderr)
-        return 2
+    """``hpcnb lint ARGS``: parsed by :mod:`hpcnb.cli`, which calls :func:`report_files`.
+
+    0 = clean or warnings only, 1 = errors, 2 = usage problem (also an unknown profile or an unreadable script).
+    """
+    from hpcnb.cli import main as cli
+
+    return cli(["lint", *(sys.argv[1:] if argv is None else argv)])
+
+
+def report_files(paths: list[str], profile_name: str | None = None) -> int:
+    """Print each script's findings (``-`` is standard input); return the exit code of ``hpcnb lint``."""
     try:
         profile = _resolve_profile(profile_name)
     except ValueError as exc:  # ProfileError is a ValueError

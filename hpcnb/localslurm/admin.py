@@ -1,4 +1,4 @@
-"""``hpcnb slurm ...``: status, stop, reset, recover and preempt for the local Slurm."""
+"""``hpcnb slurm ...``: status, stop, reset, recover, preempt and slow-node for the local Slurm."""
 from __future__ import annotations
 
 import json
@@ -364,19 +364,19 @@ def slow_node(node: str, factor_text: str) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    try:
-        return _main(argv)
-    except db.StateError as err:
-        print(f"hpcnb slurm: error: {err}", file=sys.stderr)
-        return 1
-    except sqlite3.Error as err:
-        print(f"hpcnb slurm: error: {db.state_error(err)}", file=sys.stderr)
-        return 1
+def main(argv: list[str] | None = None) -> int:
+    """``hpcnb slurm ARGS``: parsed by :mod:`hpcnb.cli` (the command's one grammar), which calls :func:`run`."""
+    from hpcnb.cli import main as cli
+
+    return cli(["slurm", *(sys.argv[1:] if argv is None else argv)])
 
 
-def _main(argv: list[str]) -> int:
-    verb = argv[0] if argv else "status"
+def run(verb: str, *, profile: str | None = None, job_id: int | None = None, node: str | None = None,
+        factor: str | None = None) -> int:
+    """One ``hpcnb slurm`` verb, its arguments already parsed; 0 done, 1 failed, 2 unknown profile.
+
+    A damaged state file raises :class:`db.StateError` (``hpcnb.cli`` prints it and exits 1).
+    """
     if verb == "status":
         pid = controller.running_pid()
         conn = db.connect()
@@ -390,16 +390,22 @@ def _main(argv: list[str]) -> int:
         stop()
         return 0
     if verb == "reset":
-        profile = argv[argv.index("--profile") + 1] if "--profile" in argv else None
+        if profile:
+            from .cluster import load_cluster
+
+            try:
+                load_cluster(profile)  # before forgetting anything: an unknown profile changes nothing
+            except ValueError as err:  # hpcnb.sites.ProfileError
+                print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
+                return 2
         reset(profile)
         print("local Slurm reset" + (f" (profile {profile})" if profile else ""))
         return 0
     if verb == "recover":
         print(recover())
         return 0
-    if verb == "slow-node" and len(argv) == 3:
-        return slow_node(argv[1], argv[2])
-    if verb == "preempt" and len(argv) == 2 and argv[1].isdigit():
-        return preempt(int(argv[1]))
-    print(f"hpcnb slurm: unknown command {' '.join(argv)!r}", file=sys.stderr)
-    return 2
+    if verb == "slow-node" and node is not None and factor is not None:
+        return slow_node(node, factor)
+    if verb == "preempt" and job_id is not None:
+        return preempt(job_id)
+    raise ValueError(f"hpcnb slurm: no verb {verb!r} with these arguments")

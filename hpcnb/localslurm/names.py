@@ -63,10 +63,18 @@ def status(cluster: Cluster) -> tuple[bool, str]:
     return False, "node names do not resolve: multi-node frameworks will fail. Fix: " + FIX.format(names=" ".join(names))
 
 
-def main(argv: list[str]) -> int:
+def check() -> int:
+    """``hpcnb check-names``: say whether the node names resolve; 0 if they do (or will in jobs), else 1."""
     from .commands.common import open_cluster
 
     _, cluster = open_cluster()
     ok, message = status(cluster)
     print(message, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``hpcnb check-names``: parsed by :mod:`hpcnb.cli`, which calls :func:`check`."""
+    from hpcnb.cli import main as cli
+
+    return cli(["check-names", *(sys.argv[1:] if argv is None else argv)])
