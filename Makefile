@@ -100,8 +100,11 @@ test-parity: setup
 
 # make test-real-course: every lesson and solution, unchanged, on the real Slurm, run by an
 # unprivileged user with its own venv (as root; start the real Slurm first: make real-slurm-up).
+# A real Slurm is slower where users wait for it too: a requeued job waits 120 s before it may
+# start again, time limits and --signal count in minutes (lesson 12's cells take up to ~5 min).
+REAL_CELL_LIMIT ?= 600
 test-real-course: setup
-	CELL_LIMIT=$(CELL_LIMIT) RUN_LIMIT=$(RUN_LIMIT) bash ci/real-course.sh
+	CELL_LIMIT=$(REAL_CELL_LIMIT) RUN_LIMIT=$(RUN_LIMIT) bash ci/real-course.sh
 
 real-slurm-up:
 	bash ci/real-slurm.sh up

@@ -14,7 +14,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COURSE_USER=${COURSE_USER:-hpcnb-student}
-CELL_LIMIT=${CELL_LIMIT:-300}
+CELL_LIMIT=${CELL_LIMIT:-600}  # a requeued job waits 120 s on a real Slurm (lesson 12)
 RUN_LIMIT=${RUN_LIMIT:-1500}
 WHEELS=/var/cache/hpcnb/wheels  # readable by the course user: the Horovod build is not redone
 
