@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
+    "preempt", "requeue_demo_timing",
     "CHECKPOINT_NAME", "Checkpointer", "SignalGuard", "atomic_save", "latest_checkpoint",
     "list_checkpoints", "load_checkpoint", "requeue_job", "restart_count",
 ]
@@ -242,6 +243,31 @@ def requeue_job(job_id: str | None = None) -> bool:
         print(f"requeue_job: scontrol requeue {job_id} failed: {res.stderr.strip()}", file=sys.stderr)
         return False
     return True
+
+
+def requeue_demo_timing() -> tuple[float, str, int]:
+    """Lesson 12: (seconds per training step, ``--time``, ``--signal`` warning in s) for jobs that
+    must be warned and requeued within a few minutes. The local Slurm keeps time to the second:
+    20 s jobs warned 8 s before their end. A real Slurm counts ``--time`` in minutes and may send
+    the ``--signal`` up to 60 s early: 3-minute jobs warned 90 s before their end."""
+    from hpcnb.backend import which_slurm
+
+    return (0.05, "0:20", 8) if which_slurm() == "local" else (0.5, "0:03:00", 90)
+
+
+def preempt(job_id: str | int) -> None:
+    """Lesson 12: preempt a running job, as the scheduler does for a more urgent one. The local
+    Slurm does what ``PreemptMode=REQUEUE`` does (``hpcnb slurm preempt``: SIGTERM, then requeue).
+    On a real cluster only the scheduler preempts; the nearest thing a job's owner can do is
+    ``scontrol requeue``: the job ends the same way and is queued again (held 120 s there).
+    Raises RuntimeError with Slurm's answer if the job could not be preempted."""
+    from hpcnb.backend import which_slurm
+
+    argv = ([sys.executable, "-m", "hpcnb.cli", "slurm", "preempt", str(job_id)] if which_slurm() == "local"
+            else ["scontrol", "requeue", str(job_id)])
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeError(f"could not preempt job {job_id}: {(res.stderr or res.stdout).strip()}")
 
 
 def _signum(sig: int | str | signal.Signals) -> signal.Signals:

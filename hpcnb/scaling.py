@@ -22,8 +22,30 @@ __all__ = [
     "Run", "ScaledRun", "AmdahlFit", "GustafsonFit", "read_runs", "write_runs", "validate_runs",
     "speedup_efficiency", "fit_amdahl", "fit_gustafson", "amdahl_speedup", "gustafson_speedup",
     "gustafson_fraction",
-    "lr_scaling", "global_batch", "plot_scaling", "format_table",
+    "lr_scaling", "global_batch", "plot_scaling", "format_table", "shared_cores", "busy_machine_note",
 ]
+
+def shared_cores() -> int | None:
+    """Lesson 11: the cores that every node of the Slurm in use shares, or None. The local
+    Slurm's nodes are all this machine: tasks beyond its cores share them, which says nothing
+    about the code (fit only up to this count). A real cluster's nodes each have their own."""
+    from hpcnb.backend import which_slurm
+
+    return len(os.sched_getaffinity(0)) if which_slurm() == "local" else None
+
+
+def busy_machine_note(load_before: float) -> str:
+    """Lesson 11: a warning when other programs used the cores the local Slurm's runs share
+    (load average ``load_before`` taken before the runs); "" on a real cluster or a quiet machine."""
+    cores = shared_cores()
+    if cores is None:
+        return ""
+    note = f"load average before the runs: {load_before:.1f}, now: {os.getloadavg()[0]:.1f} ({cores} cores)"
+    if load_before > 1:
+        note += ("\nother programs were using this machine: expect noisy times (a speed-up below 1 means "
+                 "the runs did not get the cores to themselves)")
+    return note
+
 
 COLUMNS = ("tasks", "nodes", "seconds", "samples", "kind")
 REQUIRED = ("tasks", "nodes", "seconds")

@@ -25,15 +25,42 @@ import os
 import re
 import socket
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "RankTiming", "find_stragglers", "format_report", "gather_step_times", "plot_rank_times",
-    "read_step_logs", "step_line", "load_times", "save_times",
+    "read_step_logs", "step_line", "load_times", "save_times", "slowed_node",
 ]
+
+@contextmanager
+def slowed_node(node: str, factor: float, rank: int) -> Iterator[str]:
+    """Lesson 13: a node ``factor`` times slower for the jobs started in the block; yields the
+    extra arguments for ``hpcnb.scripts.straggler_train``. The local Slurm really slows its
+    ``node`` (``hpcnb slurm slow-node``, back to full speed when the block ends) and the yield is
+    "". A real cluster's nodes cannot be slowed by a user: there ``rank`` (the one on ``node``)
+    only pretends, ``--simulate-slow-rank RANK --simulate-factor FACTOR``."""
+    from hpcnb.backend import which_slurm
+
+    if which_slurm() != "local":
+        yield f"--simulate-slow-rank {rank} --simulate-factor {factor:g}"
+        return
+    _slow_node(node, factor)
+    try:
+        yield ""
+    finally:
+        _slow_node(node, 1)
+
+
+def _slow_node(node: str, factor: float) -> None:
+    subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "slow-node", node, f"{factor:g}"],
+                   check=True, capture_output=True, text=True, timeout=60)
+
 
 #: The modified z-score of Iglewicz and Hoaglin: 0.6745 (x - median) / MAD; > 3.5 is an outlier.
 MAD_SCALE = 0.6745

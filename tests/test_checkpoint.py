@@ -254,3 +254,25 @@ def test_job_checkpoints_on_usr1_and_requeues_itself(tmp_path: Path):
     subprocess.run([sys.executable, "-m", "hpcnb.scripts.ckpt_train", "--ckpt-dir", "ref", "--steps", "150", "--every", "50",
                     "--step-seconds", "0", "--out", "ref.json"], cwd=tmp_path, check=True, capture_output=True)
     assert json.loads((tmp_path / "ref.json").read_text())["checksum"] == done["checksum"]
+
+
+@pytest.mark.parametrize("slurm, command", [("local", "slurm preempt 42"), ("real", "scontrol requeue 42")])
+def test_preempt_uses_the_local_admin_command_or_a_requeue(monkeypatch: pytest.MonkeyPatch, slurm: str,
+                                                           command: str) -> None:
+    import subprocess
+
+    import hpcnb.backend
+    import hpcnb.checkpoint as checkpoint
+
+    seen = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess:
+        seen.append(" ".join(argv))
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_requeue error: Invalid job id specified")
+
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: slurm)
+    monkeypatch.setattr(checkpoint.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="could not preempt job 42: slurm_requeue error: Invalid job id"):
+        checkpoint.preempt(42)
+    assert seen[0].endswith(command)
+    assert checkpoint.requeue_demo_timing()[1] == ("0:20" if slurm == "local" else "0:03:00")

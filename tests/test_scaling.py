@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 from pathlib import Path
 
@@ -231,3 +232,15 @@ def test_fit_gustafson_recovers_s_and_says_when_exact() -> None:
         sc.fit_gustafson(amdahl_rows(0.1))
     with pytest.raises(ValueError, match="at least one larger task count"):
         sc.fit_gustafson(weak_rows(0.2, tasks=(2,)))
+
+
+def test_shared_cores_and_the_busy_note_only_where_nodes_share_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hpcnb.backend
+    from hpcnb.scaling import busy_machine_note, shared_cores
+
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "real")
+    assert shared_cores() is None and busy_machine_note(5.0) == ""
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "local")
+    assert shared_cores() == len(os.sched_getaffinity(0))
+    assert "expect noisy times" in busy_machine_note(5.0)
+    assert "expect noisy times" not in busy_machine_note(0.5)

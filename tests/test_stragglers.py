@@ -173,3 +173,26 @@ def test_one_number_per_rank_uses_the_spread_between_ranks():
     # unequal numbers of steps: compared by their medians
     uneven = {0: [1.0, 1.1], 1: [1.0, 1.05, 0.95], 2: [1.02], 3: [5.0, 5.1]}
     assert _flagged(find_stragglers(uneven)) == [3]
+
+
+def test_slowed_node_slows_the_local_node_and_always_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hpcnb.backend
+    import hpcnb.stragglers as stragglers
+
+    calls = []
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "local")
+    monkeypatch.setattr(stragglers.subprocess, "run", lambda argv, **_: calls.append(argv[-3:]))
+    with pytest.raises(KeyboardInterrupt), stragglers.slowed_node("node2", 5, rank=2) as extra:
+        assert extra == "" and calls == [["slow-node", "node2", "5"]]
+        raise KeyboardInterrupt
+    assert calls[-1] == ["slow-node", "node2", "1"]
+
+
+def test_slowed_node_on_a_real_slurm_lets_the_rank_pretend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hpcnb.backend
+    import hpcnb.stragglers as stragglers
+
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "real")
+    monkeypatch.setattr(stragglers.subprocess, "run", lambda *a, **k: pytest.fail("a real node was touched"))
+    with stragglers.slowed_node("node2", 4.5, rank=2) as extra:
+        assert extra == "--simulate-slow-rank 2 --simulate-factor 4.5"
