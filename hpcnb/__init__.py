@@ -1,7 +1,8 @@
 """hpcnb: the helper package of the course "Deep learning on Slurm clusters".
 
 `import hpcnb` stays light: heavy modules (torch, matplotlib, widgets) load only when used.
-The public job API lives in :mod:`hpcnb.jobs`; the embedded local Slurm in :mod:`hpcnb.localslurm`.
+The public job API lives in :mod:`hpcnb.jobs`; the embedded local Slurm in :mod:`hpcnb.localslurm`;
+what every lesson notebook shares in :mod:`hpcnb.lessons` (``hpcnb.setup()``, their first line).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ _LAZY = {
     "lint": "hpcnb.lint",
     "load_profile": "hpcnb.sites",
     "which_slurm": "hpcnb.backend",
+    "setup": "hpcnb.lessons",
+    "work_folder": "hpcnb.lessons",
 }
 
 

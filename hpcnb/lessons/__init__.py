@@ -1,0 +1,52 @@
+"""Lesson helpers: what the course's notebooks share, each helper naming the lessons that use it.
+
+Helpers that belong to one topic live with that topic and name their lesson in the docstring
+(``hpcnb.checkpoint.preempt``: lesson 12; ``hpcnb.stragglers.slowed_node``: lesson 13;
+``hpcnb.scaling.shared_cores``: lesson 11). This room holds what every notebook needs:
+
+* :func:`setup` — the first cell of every lesson and exercise notebook;
+* :func:`work_folder` — the folder a lesson's files and jobs work in.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["setup", "work_folder"]
+
+
+def setup(workdir: str | None = None) -> Path | None:
+    """Every lesson's first cell (lessons 1-13 and their exercises): ready this kernel for ``!sbatch``.
+
+    * the chosen Slurm's commands (``hpcnb which-slurm``) come first on PATH, in any kernel;
+    * then this kernel's Python, so that ``python`` (and ``torchrun``, ``horovodrun``) in a job
+      script is this environment's — as ``source .venv/bin/activate`` in the script would be;
+    * inside a Slurm job (a portal's notebook server is one) the job's ``SLURM_*`` variables
+      leave this kernel, saying so once: ``srun`` in a cell then asks for an allocation of its
+      own, as on a login node, instead of running as a step of the server's job, and new jobs
+      do not inherit the server's memory or CPU settings;
+    * with ``workdir``: :func:`work_folder` (returned).
+    """
+    import hpcnb
+    from hpcnb.backend import slurm_env, which_slurm, without_job_variables
+
+    env = without_job_variables(slurm_env())
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    os.environ.clear()
+    os.environ.update(env)
+    print(f"hpcnb {hpcnb.__version__} talks to the {which_slurm()} Slurm; sbatch is {shutil.which('sbatch')}")
+    return None if workdir is None else work_folder(workdir)
+
+
+def work_folder(name: str) -> Path:
+    """Every lesson: ``work/<name>`` next to the notebook, emptied, as the working directory (on a
+    cluster: a shared filesystem, so the compute nodes see it too). Re-running starts clean."""
+    here = Path.cwd()
+    work = here / "work" / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    os.chdir(work)
+    print("working in", work.relative_to(here))
+    return work

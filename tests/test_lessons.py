@@ -1,0 +1,43 @@
+"""hpcnb.setup(): the first line of every lesson, on a laptop and inside a portal's job."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE = """
+import json, os, shutil, sys
+import hpcnb
+work = hpcnb.setup("probe")
+print(json.dumps({"cwd": os.getcwd(), "work": str(work), "sbatch": shutil.which("sbatch"),
+                  "python": shutil.which("python3"), "env": dict(os.environ)}))
+"""
+
+
+def _run_setup(folder: Path, extra_env: dict[str, str]) -> tuple[dict, str]:
+    (folder / "work" / "probe").mkdir(parents=True)
+    (folder / "work" / "probe" / "old-output.txt").write_text("from the last run")
+    env = {**os.environ, "HPCNB_SLURM": "local", **extra_env}
+    res = subprocess.run([sys.executable, "-c", PROBE], cwd=folder, env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    return json.loads(res.stdout.splitlines()[-1]), res.stderr
+
+
+def test_setup_puts_slurm_and_this_python_first_and_starts_clean(tmp_path: Path) -> None:
+    seen, stderr = _run_setup(tmp_path, {})
+    work = tmp_path / "work" / "probe"
+    assert seen["cwd"] == seen["work"] == str(work) and not any(work.iterdir())
+    assert Path(seen["sbatch"]).parent.name.startswith("bin-")         # the local Slurm's commands
+    assert Path(seen["python"]).parent == Path(sys.executable).parent  # jobs get this environment
+    assert "inside Slurm job" not in stderr
+
+
+def test_setup_inside_a_portal_job_drops_the_jobs_variables_once(tmp_path: Path) -> None:
+    portal = {"SLURM_JOB_ID": "77", "SLURM_MEM_PER_NODE": "2048", "SLURM_CPUS_PER_TASK": "4",
+              "SRUN_DEBUG": "3", "SLURM_CONF": "/etc/slurm/slurm.conf"}
+    seen, stderr = _run_setup(tmp_path, portal)
+    assert not {"SLURM_JOB_ID", "SLURM_MEM_PER_NODE", "SLURM_CPUS_PER_TASK", "SRUN_DEBUG"} & set(seen["env"])
+    assert seen["env"]["SLURM_CONF"] == "/etc/slurm/slurm.conf"        # what the site sets on purpose stays
+    assert stderr.count("this notebook runs inside Slurm job 77") == 1
