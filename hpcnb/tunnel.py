@@ -42,9 +42,10 @@ __all__ = [
 ]
 
 #: Inclusive range :func:`pick_remote_port` draws from: above common services, and wide
-#: enough that jobs sharing a node rarely collide. A collision (or an outgoing connection
-#: holding the port) only makes Jupyter refuse to start (``port_retries=0``), never
-#: connects a student to someone else's server.
+#: enough that jobs sharing a node rarely collide by accident. On a collision Jupyter refuses
+#: to start (``port_retries=0``). The port is predictable from the user name and job id
+#: (both visible in ``squeue``), so another user on the node can take it first and receive
+#: whatever the browser sends through the tunnel: check that your own server started.
 REMOTE_PORT_RANGE = (20000, 59999)
 #: JupyterLab reads its token from this variable, so it never appears in ``ps``.
 TOKEN_ENV = "JUPYTER_TOKEN"
@@ -119,7 +120,8 @@ def pick_remote_port(user: str, job_id: int | str) -> int:
     """Deterministic port in :data:`REMOTE_PORT_RANGE` from a SHA-256 of user and job id.
 
     The same job always gets the same port (the batch script and the laptop agree
-    without talking), and different users/jobs sharing a node rarely clash.
+    without talking), and different users/jobs sharing a node rarely clash by accident;
+    anyone can compute it too (see :data:`REMOTE_PORT_RANGE`).
     """
     validate_user(user)
     job = str(job_id).strip()
