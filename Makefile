@@ -4,7 +4,8 @@
 #   make test   set everything up, run every test
 #
 # Other targets: setup, test-parity and test-real-course (after real-slurm-up), real-slurm-up,
-#                real-slurm-down, clean.
+#                real-slurm-down, test-parity-2411 (after real-slurm-2411-up), real-slurm-2411-up,
+#                real-slurm-2411-down, clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
 #            where PyPI's default torch build is too large for you).
@@ -25,10 +26,11 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-parity test-real-course real-slurm-up real-slurm-down clean
+.PHONY: help setup lab test test-parity test-parity-2411 test-real-course real-slurm-up real-slurm-down \
+	real-slurm-2411-up real-slurm-2411-down clean
 
 help:
-	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 	@if [[ $$(id -u) -eq 0 ]]; then bash ci/install-system-deps.sh; \
@@ -96,7 +98,12 @@ test: setup
 
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
 test-parity: setup
-	$(call pytest,--durations=10 tests/parity,parity)
+	@export HPCNB_REAL_SLURM=22.05; $(call pytest-cmd,--durations=10 tests/parity,parity)
+
+# make test-parity-2411: the same suite against the real Slurm 24.11 of a Debian 13 chroot (as root;
+# start it first: make real-slurm-2411-up). Table of both lanes: python -m tests.parity.report --no-run
+test-parity-2411: setup
+	@export HPCNB_REAL_SLURM=24.11; $(call pytest-cmd,--durations=10 tests/parity,parity-2411)
 
 # make test-real-course: every lesson and solution, unchanged, on the real Slurm, run by an
 # unprivileged user with its own venv (as root; start the real Slurm first: make real-slurm-up).
@@ -111,6 +118,12 @@ real-slurm-up:
 
 real-slurm-down:
 	bash ci/real-slurm.sh down
+
+real-slurm-2411-up:
+	bash ci/real-slurm.sh up 24.11
+
+real-slurm-2411-down:
+	bash ci/real-slurm.sh down 24.11
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache test-artifacts

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# ci/real-slurm.sh - a real Slurm 22.05 on localhost, for the parity suite.
+# ci/real-slurm.sh - a real Slurm on localhost, for the parity suite: 22.05 (Debian 12's own
+# packages, on the host) or 24.11 (Debian 13's packages, in a chroot), side by side.
 #
-#   ci/real-slurm.sh up       install (if missing), configure, start, wait until usable
-#   ci/real-slurm.sh down     stop what `up` started (reverse order); packages stay
-#   ci/real-slurm.sh status   which daemons run, and sinfo (exit 0 = all up, 3 = not)
+#   ci/real-slurm.sh up [VERSION]       install (if missing), configure, start, wait until usable
+#   ci/real-slurm.sh down [VERSION]     stop what `up` started (reverse order); packages stay
+#   ci/real-slurm.sh status [VERSION]   which daemons run, and sinfo (exit 0 = all up, 3 = not)
+#   ci/real-slurm.sh bin [VERSION]      print the folder that holds this version's commands
 #
-# Debian 12, as root, no systemd needed. The cluster has the same shape as the local
-# Slurm's default profile: ClusterName=hpcnb, node[1-2] (2 CPUs, 8000 MB, gpu:2 each,
-# one `slurmd -N nodeX` per node on 127.0.0.1), partitions debug (default) and short.
-# Config templates live in ci/real-slurm/ and are installed into /etc/slurm/.
+# VERSION is 22.05 (the default, or $HPCNB_REAL_SLURM) or 24.11. As root, no systemd needed.
+# Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
+# node[1-2] (2 CPUs, 8000 MB, gpu:2 each, one `slurmd -N nodeX` per node on 127.0.0.1),
+# partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
+# installed into /etc/slurm/ (of the host, or of the chroot).
+#
+#   version  where                       slurmctld  slurmdbd  slurmd        commands
+#   22.05    the host (Debian 12)        6817       6819      17001-17002   /usr/bin
+#   24.11    chroot $HPCNB_SLURM_2411_ROOT 7817     7819      7821-7822     /run/hpcnb-real-slurm-24.11/bin
+#            (default /var/cache/hpcnb/slurm-24.11)
 #
 # Daemons started, in order: munged, mariadbd (socket only), slurmdbd, slurmctld,
 # slurmd node1, slurmd node2. Each one this script starts is recorded by a pid file in
@@ -17,14 +25,41 @@
 #
 # Logs: /var/log/hpcnb-real-slurm/ (apt, mariadbd, slurmdbd, slurmctld, slurmd-nodeX);
 # Slurm state: /var/spool/hpcnb-real-slurm/; both survive `down`, as do packages and DB.
-# Fake GPUs: /dev/hpcnb-gpu0 and /dev/hpcnb-gpu1 (null-like character devices); node
-# names resolve through a marked line in /etc/hosts. Both are removed by `down`.
+# Fake GPUs: /dev/hpcnb-gpu0 and /dev/hpcnb-gpu1 (null-like character devices; 24.11:
+# /dev/hpcnb-2411-gpu0-1); node names resolve through a marked line in /etc/hosts. Both are
+# removed by `down`. For 24.11 every path above is inside the chroot.
 #
-# Environment: HPCNB_REAL_SLURM_TIMEOUT (seconds per readiness wait, default 60).
+# Slurm 24.11 (Debian 13 "trixie", slurm-wlm 24.11.5) on this Debian 12 host:
+#   - The root is built once with `debootstrap --variant=minbase --include=<packages> trixie`
+#     from Debian's own archive (about 3 min, 700 MB) and kept in $HPCNB_SLURM_2411_ROOT with
+#     the key of what it holds (suite, mirror, packages, recipe) in .hpcnb-rootfs-key: a later
+#     `up` reuses it, a changed recipe rebuilds it (only while nothing is mounted in it).
+#   - `up` bind-mounts /proc, /sys, /dev (+ pts, shm), /tmp, /root and this project into it at
+#     the same paths (plus $HPCNB_REAL_SLURM_BINDS, colon-separated), so job scripts, their
+#     outputs and the project's venv (its interpreter under /root/.pyenv included) are where the
+#     chroot's slurmd sees them; `down` unmounts them all (and ends what still runs in it).
+#     It gets its own /etc/hosts (the host's + node1 node2) and the host's /etc/localtime.
+#   - Its own munged (its munge user has another uid than the host's), its own MariaDB 11.8
+#     (socket only, in the chroot's /run) and its own ports, so the two clusters never talk.
+#   - Its commands: `up` writes one wrapper per client command (sbatch, srun, squeue, sacct, ...)
+#     into /run/hpcnb-real-slurm-24.11/bin: `chroot ROOT env -C "$PWD" /usr/bin/CMD "$@"` (environment
+#     kept; no `cd` in a shell, which would add OLDPWD to every job's environment). Put that folder first in PATH (root only: chroot needs it).
+#   - Pitfalls met: minbase has no /etc/hosts (getaddrinfo fails everywhere, munged sets a null
+#     origin); a gres.conf `File=/dev/null Count=2` is fatal in 24.11 (one file per GPU here);
+#     the chroot needs libffi8 for the venv's Python (ctypes). slurmdbd 24.11.5 stops at start-up
+#     with `mysql_query failed: 5027 Number of columns in result (=1) set execeeds maxmimum ...`
+#     / `fatal: _check_mysql_concat_is_sane: null result` with trixie's libmariadb3 up to
+#     1:11.8.8-0+deb13u1: a client library regression (MariaDB CONC-821, Debian #1139473), fixed
+#     in 1:11.8.9+ds-0+deb13u1 (`up` names the version when slurmdbd fails).
+#
+# Environment: HPCNB_REAL_SLURM_TIMEOUT (seconds per readiness wait, default 60),
+# HPCNB_SLURM_2411_ROOT, HPCNB_REAL_SLURM_BINDS, HPCNB_DEBIAN_MIRROR (24.11's build).
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROJECT=$(dirname "$HERE")
 TEMPLATES=$HERE/real-slurm
+# paths as the daemons see them (for 24.11: inside the chroot)
 STATE_DIR=/run/hpcnb-real-slurm
 LOG_DIR=/var/log/hpcnb-real-slurm
 SPOOL_DIR=/var/spool/hpcnb-real-slurm
@@ -35,20 +70,47 @@ SLURM_USER=slurm
 DB_NAME=hpcnb_slurm_acct_db
 DB_USER=slurm
 DB_PASS=hpcnb-ci-only
-GPU_DEVS=(/dev/hpcnb-gpu0 /dev/hpcnb-gpu1)
 HOSTS_MARK='# hpcnb-real-slurm'
 HOSTS_LINE="127.0.0.1 ${NODES[*]} $HOSTS_MARK"
-PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
 TIMEOUT=${HPCNB_REAL_SLURM_TIMEOUT:-60}
 export DEBIAN_FRONTEND=noninteractive
 
-log() { echo "[real-slurm $(date +%T)] $*" >&2; }
+# select_version VERSION: everything that differs between the two clusters
+select_version() {
+  VERSION=$1
+  case $VERSION in
+    22.05)
+      ROOTFS=''                      # the host itself
+      IN=()                          # how to run a command where the daemons run
+      PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
+      CTLD_PORT=6817 DBD_PORT=6819 NODE_PORTS='[17001-17002]'
+      GPU_DEVS=(/dev/hpcnb-gpu0 /dev/hpcnb-gpu1) GPU_GLOB='/dev/hpcnb-gpu[0-1]'
+      BIN_DIR=/usr/bin
+      ;;
+    24.11)
+      ROOTFS=${HPCNB_SLURM_2411_ROOT:-/var/cache/hpcnb/slurm-24.11}
+      ROOTFS=${ROOTFS%/}
+      IN=(chroot "$ROOTFS")
+      SUITE=trixie
+      MIRROR=${HPCNB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+      PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server libffi8)
+      CTLD_PORT=7817 DBD_PORT=7819 NODE_PORTS='[7821-7822]'
+      GPU_DEVS=(/dev/hpcnb-2411-gpu0 /dev/hpcnb-2411-gpu1) GPU_GLOB='/dev/hpcnb-2411-gpu[0-1]'
+      BIN_DIR=/run/hpcnb-real-slurm-24.11/bin
+      ;;
+    *) echo "unknown Slurm version '$VERSION' (known: 22.05, 24.11)" >&2; exit 2 ;;
+  esac
+  # the host's view of a path of the daemons
+  S=$ROOTFS$STATE_DIR
+}
+
+log() { echo "[real-slurm ${VERSION:-} $(date +%T)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # die, showing the end of every log that may explain it
 die_logs() {
   local f
   log "ERROR: $*"
-  for f in /var/log/munge/munged.log "$LOG_DIR"/mariadbd.log "$LOG_DIR"/slurm*.log; do
+  for f in "$ROOTFS"/var/log/munge/munged.log "$ROOTFS$LOG_DIR"/mariadbd.log "$ROOTFS$LOG_DIR"/slurm*.log; do
     [ -s "$f" ] || continue
     echo "----- last lines of $f -----" >&2
     tail -n 8 "$f" >&2
@@ -103,50 +165,54 @@ stop() {
 
 # render TEMPLATE DEST MODE OWNER: fill in the placeholders; install DEST only if it differs
 render() {
-  local tmp
+  local tmp dest=$ROOTFS$2
   tmp=$(mktemp)
   sed -e "s|@SLURM_USER@|$SLURM_USER|g" -e "s|@STATE_DIR@|$STATE_DIR|g" \
       -e "s|@LOG_DIR@|$LOG_DIR|g" -e "s|@SPOOL_DIR@|$SPOOL_DIR|g" \
       -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@DB_NAME@|$DB_NAME|g" \
-      -e "s|@DB_USER@|$DB_USER|g" -e "s|@DB_PASS@|$DB_PASS|g" "$TEMPLATES/$1" > "$tmp"
+      -e "s|@DB_USER@|$DB_USER|g" -e "s|@DB_PASS@|$DB_PASS|g" \
+      -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
+      -e "s|@NODE_PORTS@|$NODE_PORTS|g" "$TEMPLATES/$1" > "$tmp"
   if grep -v '^#' "$tmp" | grep -q '@[A-Z_]*@'; then rm -f "$tmp"; die "unfilled placeholder in $TEMPLATES/$1"; fi
-  if ! cmp -s "$tmp" "$2"; then
-    install -m "$3" -o "$4" -g "$4" "$tmp" "$2"
-    log "wrote $2"
+  if ! cmp -s "$tmp" "$dest"; then
+    install -m "$3" "$tmp" "$dest"
+    log "wrote $dest"
   else
-    chmod "$3" "$2"
-    chown "$4:$4" "$2"
+    chmod "$3" "$dest"
   fi
+  # the owner as the daemons know it (the chroot's users have their own uids)
+  "${IN[@]}" chown "$4:$4" "$2"
   rm -f "$tmp"
 }
 # checksum of config files; daemons we start are tagged with it ($STATE_DIR/NAME.sum),
 # so a later `up` restarts them when the config changed since (even after a failed run)
 conf_sum() { cat "$@" | sha256sum | cut -d' ' -f1; }
-stale() { [ "$(cat "$STATE_DIR/$1.sum" 2>/dev/null)" != "$2" ]; }
+stale() { [ "$(cat "$S/$1.sum" 2>/dev/null)" != "$2" ]; }
 
-# a live (non-zombie) process called NAME exists, whoever started it
+# a live (non-zombie) process called NAME runs on this version's root, whoever started it
 running_named() {
   local d
   for d in /proc/[0-9]*; do
     [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] || continue
+    [ "$(readlink "$d/root" 2>/dev/null)" = "${ROOTFS:-/}" ] || continue
     [ "$(awk '{print $3}' "$d/stat" 2>/dev/null)" != Z ] && return 0
   done
   return 1
 }
 
-munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
-mariadb_ok() { mariadb-admin ping >/dev/null 2>&1; }
-ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
-dbd_ok() { sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; }
+munge_ok() { "${IN[@]}" munge -n 2>/dev/null | "${IN[@]}" unmunge >/dev/null 2>&1; }
+mariadb_ok() { "${IN[@]}" mariadb-admin ping >/dev/null 2>&1; }
+ctld_ok() { "${IN[@]}" scontrol ping 2>/dev/null | grep -q 'is UP'; }
+dbd_ok() { "${IN[@]}" sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; }
 
 # every node answers and is usable (idle, or busy with jobs); DOWN/DRAIN nodes left by an
 # earlier run are resumed once their slurmd is back
 nodes_ready() {
   local states bad n
-  states=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u) || return 1
+  states=$("${IN[@]}" sinfo -h -N -o '%N %T' 2>/dev/null | sort -u) || return 1
   [ "$(printf '%s\n' "$states" | grep -c .)" -eq "${#NODES[@]}" ] || return 1
   bad=$(printf '%s\n' "$states" | awk '$2 ~ /^(down|drain|fail)/ && $2 !~ /\*$/ {print $1}')
-  for n in $bad; do scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true; done
+  for n in $bad; do "${IN[@]}" scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true; done
   ! printf '%s\n' "$states" | awk '{print $2}' | grep -qvxE 'idle|mixed|allocated|completing'
 }
 # wait for nodes_ready; fail at once if one of our slurmd has exited (e.g. port in use)
@@ -154,7 +220,7 @@ wait_nodes() {
   local end=$((SECONDS + TIMEOUT)) n
   until nodes_ready; do
     for n in "${NODES[@]}"; do
-      alive "$STATE_DIR/slurmd-$n.pid" slurmd || die_logs "slurmd $n exited (see $LOG_DIR/slurmd-$n.log)"
+      alive "$S/slurmd-$n.pid" slurmd || die_logs "slurmd $n exited (see $ROOTFS$LOG_DIR/slurmd-$n.log)"
     done
     [ "$SECONDS" -lt "$end" ] || die_logs "timed out after ${TIMEOUT}s waiting for every node to be idle (sinfo -N)"
     sleep 0.1
@@ -162,40 +228,158 @@ wait_nodes() {
 }
 # slurmctld has registered with slurmdbd and sacct answers
 accounting_ready() {
-  [ -n "$(sacctmgr -n -P list cluster "$CLUSTER" format=controlhost 2>/dev/null)" ] &&
-    sacct -n -X -a -S now-1hour -o JobID >/dev/null 2>&1
+  [ -n "$("${IN[@]}" sacctmgr -n -P list cluster "$CLUSTER" format=controlhost 2>/dev/null)" ] &&
+    "${IN[@]}" sacct -n -X -a -S now-1hour -o JobID >/dev/null 2>&1
 }
 
-install_packages() {
-  local missing=() p policy_made=0
-  for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -gt 0 ] || return 0
-  log "installing: ${missing[*]}"
-  # keep the packages' maintainer scripts from starting the services themselves
+# apt_install LOG PACKAGE...: install on the host, keeping maintainer scripts from starting services
+apt_install() {
+  local log_file=$1 policy_made=0
+  shift
+  log "installing: $*"
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
     policy_made=1
   fi
-  if ! apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" > "$LOG_DIR/apt.log" 2>&1; then
+  if ! apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" > "$log_file" 2>&1; then
     log "apt-get install failed; running apt-get update and trying again"
-    apt-get -o DPkg::Lock::Timeout=600 update -q >> "$LOG_DIR/apt.log" 2>&1 || true
-    if ! apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >> "$LOG_DIR/apt.log" 2>&1; then
+    apt-get -o DPkg::Lock::Timeout=600 update -q >> "$log_file" 2>&1 || true
+    if ! apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" >> "$log_file" 2>&1; then
       [ $policy_made = 0 ] || rm -f /usr/sbin/policy-rc.d
-      tail -n 20 "$LOG_DIR/apt.log" >&2
-      die "could not install ${missing[*]} (full log: $LOG_DIR/apt.log)"
+      tail -n 20 "$log_file" >&2
+      die "could not install $* (full log: $log_file)"
     fi
   fi
   [ $policy_made = 0 ] || rm -f /usr/sbin/policy-rc.d
 }
 
+install_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  apt_install "$LOG_DIR/apt.log" "${missing[@]}"
+}
+
+# -- 24.11: the Debian 13 root ------------------------------------------------------------------
+# bump when the build steps below change: a cached root of another recipe is rebuilt
+ROOTFS_RECIPE=1
+rootfs_key() { echo "suite=$SUITE mirror=$MIRROR packages=${PACKAGES[*]} recipe=$ROOTFS_RECIPE" | sha256sum | cut -c1-16; }
+# mount points under DIR (deepest first)
+mounts_under() { findmnt -rn -o TARGET | awk -v r="$1/" 'index($0, r) == 1' | sort -r; }
+
+# remove_tree DIR: delete an unmounted root (refuses while anything is mounted in it)
+remove_tree() {
+  [ -e "$1" ] || return 0
+  [ -z "$(mounts_under "$1")" ] || die "$1 still has mounts ($(mounts_under "$1" | tr '\n' ' ')): run \`$0 down $VERSION\` first"
+  rm -rf --one-file-system "$1"
+}
+
+# build_rootfs: debootstrap the chroot once; reuse it while its key matches
+build_rootfs() {
+  local key t0 tmp=$ROOTFS.building build_log=$ROOTFS.build.log
+  key=$(rootfs_key)
+  if [ "$(cat "$ROOTFS/.hpcnb-rootfs-key" 2>/dev/null)" = "$key" ]; then return 0; fi
+  t0=$(now)
+  mkdir -p "$(dirname "$ROOTFS")"
+  command -v debootstrap >/dev/null || apt_install "$ROOTFS.apt.log" debootstrap
+  if [ -e "$ROOTFS" ]; then
+    log "the cached root $ROOTFS is of another recipe (key $(cat "$ROOTFS/.hpcnb-rootfs-key" 2>/dev/null || echo none), want $key): rebuilding"
+    remove_tree "$ROOTFS"
+  fi
+  for m in $(mounts_under "$tmp"); do umount "$m" || umount -l "$m"; done  # left by a failed build
+  remove_tree "$tmp"
+  log "building the Debian $SUITE root in $ROOTFS (debootstrap, a few minutes; log: $build_log)"
+  if ! debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" "$SUITE" "$tmp" "$MIRROR" \
+      > "$build_log" 2>&1; then
+    tail -n 20 "$build_log" >&2
+    die "debootstrap failed (full log: $build_log)"
+  fi
+  chroot "$tmp" apt-get clean >> "$build_log" 2>&1
+  chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' "${PACKAGES[@]}" libmariadb3 > "$tmp/.hpcnb-rootfs-packages"
+  echo "$key" > "$tmp/.hpcnb-rootfs-key"
+  mv "$tmp" "$ROOTFS"
+  log "built $ROOTFS in $(since "$t0") s ($(du -sh "$ROOTFS" | cut -f1)): $(grep -E '^(slurmctld|libmariadb3) ' "$ROOTFS/.hpcnb-rootfs-packages" | tr '\n' ' ')"
+}
+
+# bind SRC: mount SRC at the same path inside the root (once)
+bind() {
+  local dst=$ROOTFS$1
+  [ -d "$1" ] || { log "not binding $1 (no such directory)"; return 0; }
+  mountpoint -q "$dst" && return 0
+  mkdir -p "$dst"
+  mount --bind "$1" "$dst"
+}
+
+mount_rootfs() {
+  local p extra=()
+  for p in /proc /sys /dev /dev/pts /dev/shm /tmp /root; do bind "$p"; done
+  IFS=: read -r -a extra <<< "${HPCNB_REAL_SLURM_BINDS:-}"
+  for p in "$PROJECT" "${extra[@]}"; do
+    [ -n "$p" ] || continue
+    case $p in /tmp/* | /root/*) ;; *) bind "$p" ;; esac
+  done
+}
+
+# end what still runs in the root (jobs' processes; the daemons are stopped before)
+end_rootfs_processes() {
+  local d pids=()
+  for d in /proc/[0-9]*; do
+    [ "$(readlink "$d/root" 2>/dev/null)" = "$ROOTFS" ] && pids+=("${d#/proc/}")
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  log "ending processes still running in $ROOTFS: ${pids[*]}"
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  sleep 2
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+  sleep 0.5
+}
+
+unmount_rootfs() {
+  local m
+  for m in $(mounts_under "$ROOTFS"); do
+    umount "$m" 2>/dev/null || { log "$m busy: lazy unmount"; umount -l "$m"; }
+  done
+}
+
+# the chroot's /etc/hosts (the host's own names + the nodes) and time zone
+rootfs_etc() {
+  local tmp
+  tmp=$(mktemp)
+  { grep -vF -- "$HOSTS_MARK" /etc/hosts || true; echo "$HOSTS_LINE"; } > "$tmp"
+  cmp -s "$tmp" "$ROOTFS/etc/hosts" || install -m 644 "$tmp" "$ROOTFS/etc/hosts"
+  rm -f "$tmp"
+  if [ -e /etc/localtime ] && ! cmp -s /etc/localtime "$ROOTFS/etc/localtime"; then
+    rm -f "$ROOTFS/etc/localtime"
+    cp -L /etc/localtime "$ROOTFS/etc/localtime"
+  fi
+}
+
+# one wrapper per client command in BIN_DIR: runs it in the root, in the caller's directory
+write_wrappers() {
+  local cmd
+  install -d -m 755 "$BIN_DIR"
+  for cmd in $("${IN[@]}" dpkg -L slurm-client | grep -E '^/usr/bin/[a-z0-9_]+$' | xargs -n1 basename); do
+    cat > "$BIN_DIR/$cmd.tmp" <<EOF
+#!/bin/sh
+# Slurm $VERSION's $cmd, run in its chroot in the caller's directory (made by ci/real-slurm.sh up $VERSION)
+[ "\$(/usr/bin/id -u)" = 0 ] || { echo "$cmd: error: Slurm $VERSION runs in a chroot ($ROOTFS): its commands need root" >&2; exit 1; }
+[ -d "$ROOTFS\$PWD" ] || { echo "$cmd: error: \$PWD is not visible in the Slurm $VERSION chroot (ci/real-slurm.sh binds /tmp, /root, the project and \\\$HPCNB_REAL_SLURM_BINDS)" >&2; exit 1; }
+exec /usr/sbin/chroot $ROOTFS /usr/bin/env -C "\$PWD" /usr/bin/$cmd "\$@"
+EOF
+    chmod 755 "$BIN_DIR/$cmd.tmp"
+    mv "$BIN_DIR/$cmd.tmp" "$BIN_DIR/$cmd"
+  done
+}
+
+# -- both versions --------------------------------------------------------------------------------
 # two character devices for the fake GPUs (null-like, so harmless if opened); where
 # mknod is not allowed, fall back to /dev/tty0 and /dev/tty1
 make_gpu_devices() {
   local i
-  GPU_FILES='/dev/hpcnb-gpu[0-1]'
+  GPU_FILES=$GPU_GLOB
   for i in 0 1; do
     [ -c "${GPU_DEVS[$i]}" ] && continue
     rm -f "${GPU_DEVS[$i]}"
@@ -233,118 +417,129 @@ remove_hosts_line() {
 }
 
 # record_pid NAME PIDFILE: remember a daemon we started that writes its pid elsewhere
+# (PIDFILE as the daemon sees it)
 record_pid() {
   local i
-  for i in $(seq 1 50); do [ -s "$2" ] && break; sleep 0.1; done
-  [ -s "$2" ] || die_logs "$1 started but wrote no pid file $2"
-  cat "$2" > "$STATE_DIR/$1.pid"
+  for i in $(seq 1 50); do [ -s "$ROOTFS$2" ] && break; sleep 0.1; done
+  [ -s "$ROOTFS$2" ] || die_logs "$1 started but wrote no pid file $ROOTFS$2"
+  cat "$ROOTFS$2" > "$S/$1.pid"
 }
 
 start_munged() {
-  if alive "$STATE_DIR/munged.pid" munged && munge_ok; then log "munged: already running"; return; fi
+  if alive "$S/munged.pid" munged && munge_ok; then log "munged: already running"; return; fi
   if munge_ok; then log "munged: running, not started by this script (left alone)"; return; fi
-  if [ ! -s /etc/munge/munge.key ]; then
+  if [ ! -s "$ROOTFS/etc/munge/munge.key" ]; then
     log "creating munge key"
-    mungekey --create --force >/dev/null 2>&1 ||
-      dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    "${IN[@]}" mungekey --create --force >/dev/null 2>&1 ||
+      dd if=/dev/urandom of="$ROOTFS/etc/munge/munge.key" bs=1024 count=1 status=none
   fi
-  chown munge:munge /etc/munge/munge.key
-  chmod 400 /etc/munge/munge.key
-  install -d -o munge -g munge -m 755 /run/munge
+  "${IN[@]}" chown munge:munge /etc/munge/munge.key
+  chmod 400 "$ROOTFS/etc/munge/munge.key"
+  "${IN[@]}" install -d -o munge -g munge -m 755 /run/munge
   log "starting munged"
-  runuser -u munge -- /usr/sbin/munged 2>/dev/null ||
-    runuser -u munge -- /usr/sbin/munged --force ||
+  "${IN[@]}" runuser -u munge -- /usr/sbin/munged 2>/dev/null ||
+    "${IN[@]}" runuser -u munge -- /usr/sbin/munged --force ||
     die_logs "munged did not start"
   record_pid munged /run/munge/munged.pid
   wait_for munged munge_ok
 }
 
 start_mariadb() {
-  if alive "$STATE_DIR/mariadbd.pid" mariadbd && mariadb_ok; then
+  if alive "$S/mariadbd.pid" mariadbd && mariadb_ok; then
     log "mariadbd: already running"
   elif mariadb_ok; then
     log "mariadbd: running, not started by this script (left alone)"
   else
-    install -d -o mysql -g mysql -m 755 /run/mysqld
-    if [ ! -d /var/lib/mysql/mysql ]; then
+    "${IN[@]}" install -d -o mysql -g mysql -m 755 /run/mysqld
+    if [ ! -d "$ROOTFS/var/lib/mysql/mysql" ]; then
       log "initialising the MariaDB data directory"
-      mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
-        --auth-root-authentication-method=socket > "$LOG_DIR/mariadb-install-db.log" 2>&1 ||
+      "${IN[@]}" mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
+        --auth-root-authentication-method=socket > "$ROOTFS$LOG_DIR/mariadb-install-db.log" 2>&1 ||
         die_logs "mariadb-install-db failed"
     fi
-    rm -f /run/mysqld/mysqld.pid
+    rm -f "$ROOTFS/run/mysqld/mysqld.pid"
     log "starting mariadbd (socket only)"
-    setsid mariadbd --user=mysql --skip-networking --skip-log-bin \
+    setsid "${IN[@]}" mariadbd --user=mysql --skip-networking --skip-log-bin \
       --pid-file=/run/mysqld/mysqld.pid --innodb-buffer-pool-size=128M \
       --innodb-flush-log-at-trx-commit=0 --innodb-lock-wait-timeout=900 \
-      < /dev/null >> "$LOG_DIR/mariadbd.log" 2>&1 &
+      < /dev/null >> "$ROOTFS$LOG_DIR/mariadbd.log" 2>&1 &
     wait_for mariadbd mariadb_ok
     record_pid mariadbd /run/mysqld/mysqld.pid
   fi
-  mariadb -e "CREATE DATABASE IF NOT EXISTS $DB_NAME;
+  "${IN[@]}" mariadb -e "CREATE DATABASE IF NOT EXISTS $DB_NAME;
     CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
     ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
     GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';" ||
     die_logs "could not create the accounting database/user"
 }
 
+# what to say when slurmdbd does not come up: the client library it runs with
+dbd_hint() {
+  local lib
+  lib=$("${IN[@]}" dpkg-query -W -f='${Version}' libmariadb3 2>/dev/null || echo unknown)
+  echo "slurmdbd did not answer (libmariadb3 $lib; Debian 13's 1:11.8.8 and earlier fail with error 5027, see the header of $0)"
+}
+
 start_slurmdbd() {
   local sum
-  sum=$(conf_sum "$ETC/slurmdbd.conf")
-  if alive "$STATE_DIR/slurmdbd.pid" slurmdbd; then
+  sum=$(conf_sum "$ROOTFS$ETC/slurmdbd.conf")
+  if alive "$S/slurmdbd.pid" slurmdbd; then
     if stale slurmdbd "$sum"; then
       log "slurmdbd.conf changed since slurmdbd started: restarting it"
-      stop "$STATE_DIR/slurmdbd.pid" slurmdbd
+      stop "$S/slurmdbd.pid" slurmdbd
     else
       log "slurmdbd: already running"
     fi
   fi
-  if ! alive "$STATE_DIR/slurmdbd.pid" slurmdbd; then
-    if dbd_ok; then die "a slurmdbd not started by this script answers on port 6819; stop it first"; fi
+  if ! alive "$S/slurmdbd.pid" slurmdbd; then
+    if dbd_ok; then die "a slurmdbd not started by this script answers on port $DBD_PORT; stop it first"; fi
     log "starting slurmdbd"
-    slurmdbd || die_logs "slurmdbd did not start"
-    echo "$sum" > "$STATE_DIR/slurmdbd.sum"
+    "${IN[@]}" slurmdbd || die_logs "slurmdbd did not start"
+    echo "$sum" > "$S/slurmdbd.sum"
   fi
-  wait_for "slurmdbd to answer sacctmgr" dbd_ok
-  if ! sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER"; then
+  wait_for "slurmdbd to answer sacctmgr ($(dbd_hint))" dbd_ok
+  if ! "${IN[@]}" sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER"; then
     log "registering cluster $CLUSTER in accounting"
-    sacctmgr -i add cluster "$CLUSTER" >/dev/null || die_logs "sacctmgr add cluster $CLUSTER failed"
+    "${IN[@]}" sacctmgr -i add cluster "$CLUSTER" >/dev/null || die_logs "sacctmgr add cluster $CLUSTER failed"
   fi
 }
 
 start_slurm() {
-  local n sum
-  sum=$(conf_sum "$ETC/slurm.conf" "$ETC/gres.conf")
+  local n sum confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf")
+  [ -z "$ROOTFS" ] || confs+=("$ROOTFS$ETC/cgroup.conf")
+  sum=$(conf_sum "${confs[@]}")
   if stale slurm "$sum"; then
     for n in $(printf '%s\n' "${NODES[@]}" | tac); do
-      alive "$STATE_DIR/slurmd-$n.pid" slurmd || continue
+      alive "$S/slurmd-$n.pid" slurmd || continue
       log "slurm.conf/gres.conf changed since start: restarting slurmd $n"
-      stop "$STATE_DIR/slurmd-$n.pid" slurmd
+      stop "$S/slurmd-$n.pid" slurmd
     done
-    if alive "$STATE_DIR/slurmctld.pid" slurmctld; then
+    if alive "$S/slurmctld.pid" slurmctld; then
       log "slurm.conf/gres.conf changed since start: restarting slurmctld"
-      stop "$STATE_DIR/slurmctld.pid" slurmctld
+      stop "$S/slurmctld.pid" slurmctld
     fi
   fi
-  if alive "$STATE_DIR/slurmctld.pid" slurmctld; then
+  if alive "$S/slurmctld.pid" slurmctld; then
     log "slurmctld: already running"
   else
-    if ctld_ok; then die "a slurmctld not started by this script answers on port 6817; stop it first"; fi
+    if ctld_ok; then die "a slurmctld not started by this script answers on port $CTLD_PORT; stop it first"; fi
     log "starting slurmctld"
     # -i: tolerate unreadable or stale state files from an earlier run
-    slurmctld -i || die_logs "slurmctld did not start"
+    "${IN[@]}" slurmctld -i || die_logs "slurmctld did not start"
   fi
   wait_for slurmctld ctld_ok
   for n in "${NODES[@]}"; do
-    if alive "$STATE_DIR/slurmd-$n.pid" slurmd; then
+    if alive "$S/slurmd-$n.pid" slurmd; then
       log "slurmd $n: already running"
       continue
     fi
     log "starting slurmd $n"
-    mkdir -p "$SPOOL_DIR/slurmd/$n"
-    slurmd -N "$n" || die_logs "slurmd -N $n did not start"
+    mkdir -p "$ROOTFS$SPOOL_DIR/slurmd/$n"
+    "${IN[@]}" slurmd -N "$n" || die_logs "slurmd -N $n did not start"
+    # 24.11's slurmd returns before its daemon has written the pid file
+    wait_for "slurmd $n to write $S/slurmd-$n.pid" test -s "$S/slurmd-$n.pid"
   done
-  echo "$sum" > "$STATE_DIR/slurm.sum"
+  echo "$sum" > "$S/slurm.sum"
 }
 
 cmd_up() {
@@ -352,19 +547,28 @@ cmd_up() {
   t0=$(now)
   need_root up
   [ -d "$TEMPLATES" ] || die "config templates not found in $TEMPLATES"
-  install -d -m 755 "$STATE_DIR" "$LOG_DIR"
-  install_packages
-  getent passwd "$SLURM_USER" >/dev/null || die "user $SLURM_USER missing (should come with the slurm packages)"
-  chown "$SLURM_USER:$SLURM_USER" "$LOG_DIR"
-  install -d -m 755 -o "$SLURM_USER" -g "$SLURM_USER" "$SPOOL_DIR" "$SPOOL_DIR/slurmctld"
-  install -d -m 755 "$ETC" "$SPOOL_DIR/slurmd"
+  if [ -n "$ROOTFS" ]; then
+    build_rootfs
+    mount_rootfs
+    rootfs_etc
+  fi
+  install -d -m 755 "$S" "$ROOTFS$LOG_DIR"
+  [ -n "$ROOTFS" ] || install_packages
+  "${IN[@]}" getent passwd "$SLURM_USER" >/dev/null || die "user $SLURM_USER missing (should come with the slurm packages)"
+  "${IN[@]}" chown "$SLURM_USER:$SLURM_USER" "$LOG_DIR"
+  "${IN[@]}" install -d -m 755 -o "$SLURM_USER" -g "$SLURM_USER" "$SPOOL_DIR" "$SPOOL_DIR/slurmctld"
+  "${IN[@]}" install -d -m 755 "$ETC" "$SPOOL_DIR/slurmd"
 
   make_gpu_devices
   render slurm.conf "$ETC/slurm.conf" 644 root
   render gres.conf "$ETC/gres.conf" 644 root
   render slurmdbd.conf "$ETC/slurmdbd.conf" 600 "$SLURM_USER"
-  if [ -e "$ETC/cgroup.conf" ]; then log "note: $ETC/cgroup.conf exists but is unused (TaskPlugin=task/none)"; fi
-  add_hosts_line
+  if [ -n "$ROOTFS" ]; then
+    render cgroup.conf "$ETC/cgroup.conf" 644 root
+  else
+    if [ -e "$ETC/cgroup.conf" ]; then log "note: $ETC/cgroup.conf exists but is unused (TaskPlugin=task/none)"; fi
+    add_hosts_line
+  fi
 
   start_munged
   start_mariadb
@@ -373,32 +577,42 @@ cmd_up() {
 
   wait_nodes
   wait_for "sacct (slurmctld registered with slurmdbd)" accounting_ready
-  sinfo
-  log "cluster '$CLUSTER' ready in $(since "$t0") s"
+  [ -z "$ROOTFS" ] || write_wrappers
+  "${IN[@]}" sinfo
+  log "cluster '$CLUSTER' (Slurm $VERSION) ready in $(since "$t0") s; its commands: $BIN_DIR"
 }
 
 cmd_down() {
   local t0 n jobs
   t0=$(now)
   need_root down
-  if alive "$STATE_DIR/slurmctld.pid" slurmctld && ctld_ok; then
-    jobs=$(squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
+  if alive "$S/slurmctld.pid" slurmctld && ctld_ok; then
+    jobs=$("${IN[@]}" squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
     if [ -n "${jobs// /}" ]; then
       log "cancelling jobs: $jobs"
       # shellcheck disable=SC2086
-      scancel $jobs 2>/dev/null || true
-      for _ in $(seq 1 100); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
+      "${IN[@]}" scancel $jobs 2>/dev/null || true
+      for _ in $(seq 1 100); do [ -z "$("${IN[@]}" squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
     fi
   fi
-  for n in $(printf '%s\n' "${NODES[@]}" | tac); do stop "$STATE_DIR/slurmd-$n.pid" slurmd; done
-  stop "$STATE_DIR/slurmctld.pid" slurmctld
-  stop "$STATE_DIR/slurmdbd.pid" slurmdbd
-  stop "$STATE_DIR/mariadbd.pid" mariadbd
-  stop "$STATE_DIR/munged.pid" munged
-  remove_hosts_line
+  for n in $(printf '%s\n' "${NODES[@]}" | tac); do stop "$S/slurmd-$n.pid" slurmd; done
+  stop "$S/slurmctld.pid" slurmctld
+  stop "$S/slurmdbd.pid" slurmdbd
+  stop "$S/mariadbd.pid" mariadbd
+  stop "$S/munged.pid" munged
+  if [ -n "$ROOTFS" ]; then
+    rm -rf "$BIN_DIR"
+    rmdir "$(dirname "$BIN_DIR")" 2>/dev/null || true
+    if [ -d "$ROOTFS" ]; then
+      end_rootfs_processes
+      unmount_rootfs
+    fi
+  else
+    remove_hosts_line
+  fi
   for n in "${GPU_DEVS[@]}"; do if [ -c "$n" ]; then rm -f "$n"; fi; done
-  rm -f "$STATE_DIR"/*.sum
-  rmdir "$STATE_DIR" 2>/dev/null || true
+  rm -f "$S"/*.sum
+  rmdir "$S" 2>/dev/null || true
   log "down in $(since "$t0") s (packages, config, state and logs kept)"
 }
 
@@ -406,8 +620,8 @@ cmd_status() {
   local all=0 d f name line
   for d in munged mariadbd slurmdbd slurmctld "${NODES[@]}"; do
     case $d in
-      node*) f=$STATE_DIR/slurmd-$d.pid; name=slurmd; line="slurmd $d" ;;
-      *) f=$STATE_DIR/$d.pid; name=$d; line=$d ;;
+      node*) f=$S/slurmd-$d.pid; name=slurmd; line="slurmd $d" ;;
+      *) f=$S/$d.pid; name=$d; line=$d ;;
     esac
     if alive "$f" "$name"; then
       printf '%-14s running (pid %s, started by real-slurm.sh)\n' "$line" "$(cat "$f")"
@@ -418,9 +632,13 @@ cmd_status() {
       all=3
     fi
   done
-  if command -v sinfo >/dev/null && ctld_ok; then
+  if [ -n "$ROOTFS" ]; then
     echo
-    sinfo
+    echo "root $ROOTFS: $(cat "$ROOTFS/.hpcnb-rootfs-key" 2>/dev/null || echo 'not built'); mounts: $(mounts_under "$ROOTFS" | wc -l); commands: $BIN_DIR"
+  fi
+  if [ -x "$ROOTFS/usr/bin/sinfo" ] && { [ -z "$ROOTFS" ] || [ -e "$ROOTFS/proc/self" ]; } && ctld_ok; then
+    echo
+    "${IN[@]}" sinfo
   else
     echo
     echo "slurmctld does not answer: no sinfo"
@@ -429,9 +647,11 @@ cmd_status() {
   return $all
 }
 
+select_version "${2:-${HPCNB_REAL_SLURM:-22.05}}"
 case ${1:-} in
   up) cmd_up ;;
   down) cmd_down ;;
   status) trap - ERR; cmd_status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  bin) echo "$BIN_DIR" ;;
+  *) echo "usage: $0 up|down|status|bin [22.05|24.11]" >&2; exit 2 ;;
 esac

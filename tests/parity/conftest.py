@@ -1,10 +1,12 @@
 """Fixtures of the parity suite: the two Slurms, their private working roots, and the long jobs.
 
-Every test here needs the real Slurm that ``ci/real-slurm.sh up`` starts; without it the whole
-suite is skipped with the reason. The local Slurm gets its own state directory (not the one of
-the rest of the test session) and both sides work in their own temporary directories.
+Every test here needs the real Slurm that ``ci/real-slurm.sh up [VERSION]`` starts (the lane that
+``HPCNB_REAL_SLURM`` names: 22.05 by default, or 24.11); without it the whole suite is skipped with
+the reason. The local Slurm gets its own state directory (not the one of the rest of the test
+session) and both sides work in their own temporary directories.
 
-At the end the parity table is written to ``test-artifacts/parity.md`` (and ``parity.json``).
+At the end this lane's results go to ``test-artifacts/parity-VERSION.json``, and the parity table
+of every lane that has results to ``test-artifacts/parity.md``.
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
     common = {"HPCNB_STATE_DIR": str(state), "HPCNB_CONTROLLER_IDLE": "120", "HPCNB_LOCAL_BIN": local_bin}
     local = Side("local", tmp_path_factory.mktemp("parity-local"),
                  {**harness.clean_env(f"{local_bin}:{rest}"), **common}, state)
-    real = Side("real", tmp_path_factory.mktemp("parity-real"), {**harness.clean_env(rest), **common})
+    real_path = rest if harness.REAL_BIN == "/usr/bin" else f"{harness.REAL_BIN}:{rest}"
+    real = Side("real", tmp_path_factory.mktemp("parity-real"), {**harness.clean_env(real_path), **common})
     _seed_local_ids(state, _real_next_id(real))
     yield {"local": local, "real": real}
     for side in (local, real):  # only the jobs this suite submitted
@@ -101,9 +104,9 @@ def requeue_case(request: pytest.FixtureRequest):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not harness.RECORDS:
         return
-    from .report import render
+    from .report import load, render
 
     ARTIFACTS.mkdir(exist_ok=True)
     records = sorted(harness.RECORDS, key=lambda r: r["case"])
-    (ARTIFACTS / "parity.json").write_text(json.dumps(records, indent=1) + "\n")
-    (ARTIFACTS / "parity.md").write_text(render(records, time.strftime("%Y-%m-%d %H:%M:%S")))
+    (ARTIFACTS / f"parity-{harness.REAL_VERSION}.json").write_text(json.dumps(records, indent=1) + "\n")
+    (ARTIFACTS / "parity.md").write_text(render(load(), time.strftime("%Y-%m-%d %H:%M:%S")))

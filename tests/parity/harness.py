@@ -1,4 +1,7 @@
-"""Run the same thing on the local Slurm and on a real Slurm 22.05, and normalise what comes back.
+"""Run the same thing on the local Slurm and on a real Slurm, and normalise what comes back.
+
+The real Slurm is one of the lanes of ``ci/real-slurm.sh``: 22.05 (the host's packages, the
+default) or 24.11 (a Debian 13 chroot, its commands in wrappers), chosen by ``HPCNB_REAL_SLURM``.
 
 Two :class:`Side` objects, ``local`` and ``real``, run commands with the same clean environment
 (only ``PATH`` differs: the local Slurm's command folder first, or not at all), each in its own
@@ -28,7 +31,23 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"
-REAL_BIN = "/usr/bin"
+REAL_SLURM_SH = ROOT / "ci" / "real-slurm.sh"
+VERSIONS = ("22.05", "24.11")  # the lanes of ci/real-slurm.sh
+REAL_VERSION = os.environ.get("HPCNB_REAL_SLURM") or VERSIONS[0]
+if REAL_VERSION not in VERSIONS:
+    raise ValueError(f"HPCNB_REAL_SLURM={REAL_VERSION!r}: the real Slurm lanes are {', '.join(VERSIONS)}")
+
+
+def real_bin(version: str) -> str:
+    """The folder of a lane's commands (``ci/real-slurm.sh bin VERSION``)."""
+    out = subprocess.run(["bash", str(REAL_SLURM_SH), "bin", version], capture_output=True, text=True, timeout=30)
+    if out.returncode or not out.stdout.strip():
+        raise RuntimeError(f"`ci/real-slurm.sh bin {version}` failed: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+REAL_BIN = real_bin(REAL_VERSION)
+UP = f"`bash ci/real-slurm.sh up {REAL_VERSION}` as root"
 FINAL_STATES = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
     "DEADLINE",
@@ -70,22 +89,26 @@ _LOCK = threading.Lock()
 
 
 def real_slurm_reason() -> str | None:
-    """Why the real Slurm can't be used (None when it is up and both nodes answer)."""
+    """Why the real Slurm of this lane can't be used (None when it is up and both nodes answer)."""
     scontrol = Path(REAL_BIN) / "scontrol"
     if not scontrol.exists():
-        return "the real Slurm is not installed (/usr/bin/scontrol missing); run `bash ci/real-slurm.sh up` as root"
-    env = clean_env(f"{REAL_BIN}:/bin")
+        return f"the real Slurm {REAL_VERSION} is not installed or not up ({scontrol} missing); run {UP}"
+    env = clean_env(f"{REAL_BIN}:/usr/bin:/bin")
     try:
-        ping = subprocess.run([str(scontrol), "ping"], env=env, capture_output=True, text=True, timeout=10)
+        version = subprocess.run([f"{REAL_BIN}/sinfo", "--version"], env=env, capture_output=True, text=True,
+                                 timeout=30).stdout.split()
+        ping = subprocess.run([str(scontrol), "ping"], env=env, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as err:
-        return f"`scontrol ping` on the real Slurm failed ({err}); run `bash ci/real-slurm.sh up` as root"
+        return f"`scontrol ping` on the real Slurm {REAL_VERSION} failed ({err}); run {UP}"
+    if not version or not version[-1].startswith(REAL_VERSION + "."):
+        return f"{REAL_BIN}/sinfo is not Slurm {REAL_VERSION} (`sinfo --version`: {' '.join(version)!r})"
     if "is UP" not in ping.stdout:
-        return "the real Slurm is not up (`scontrol ping` says it is down); run `bash ci/real-slurm.sh up` as root"
+        return f"the real Slurm {REAL_VERSION} is not up (`scontrol ping` says it is down); run {UP}"
     nodes = subprocess.run([f"{REAL_BIN}/sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True,
-                           text=True, timeout=10).stdout.split("\n")
+                           text=True, timeout=30).stdout.split("\n")
     usable = [n for n in nodes if n.split()[-1:] and n.split()[-1] in ("idle", "mixed", "allocated", "completing")]
     if len({n.split()[0] for n in usable}) < 2:
-        return f"the real Slurm's nodes are not both usable (sinfo -N: {nodes!r}); rerun `bash ci/real-slurm.sh up`"
+        return f"the real Slurm {REAL_VERSION}'s nodes are not both usable (sinfo -N: {nodes!r}); rerun {UP}"
     return None
 
 
@@ -346,8 +369,9 @@ class Norm:
 
 
 def _path_var(norm: Norm, value: str) -> str:
-    local_bin = norm.side.env.get("HPCNB_LOCAL_BIN")
-    parts = [p for p in value.split(":") if p != local_bin]
+    """PATH without the folder that only one side has first (the local commands, or a chrooted lane's)."""
+    ours = {norm.side.env.get("HPCNB_LOCAL_BIN"), REAL_BIN if REAL_BIN != "/usr/bin" else None}
+    parts = [p for p in value.split(":") if p not in ours]
     return ":".join(parts)
 
 
@@ -393,7 +417,8 @@ def short(value: Any, limit: int = 90) -> str:
 
 def record(case: str, local: Any, real: Any, verdict: str, note: str = "") -> None:
     with _LOCK:
-        RECORDS.append({"case": case, "local": short(local), "real": short(real), "verdict": verdict, "note": note})
+        RECORDS.append({"case": case, "version": REAL_VERSION, "local": short(local), "real": short(real),
+                        "verdict": verdict, "note": note})
 
 
 def describe_diff(local: Any, real: Any) -> str:
