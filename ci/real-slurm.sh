@@ -42,7 +42,7 @@
 #   - Its own munged (its munge user has another uid than the host's), its own MariaDB 11.8
 #     (socket only, in the chroot's /run) and its own ports, so the two clusters never talk.
 #   - Its commands: `up` writes one wrapper per client command (sbatch, srun, squeue, sacct, ...)
-#     into /run/hpcnb-real-slurm-24.11/bin: `chroot ROOT env -C "$PWD" /usr/bin/CMD "$@"` (environment
+#     into /run/hpcnb-real-slurm-24.11/bin: `chroot ROOT env -C "$PWD" -a CMD /usr/bin/CMD "$@"` (environment
 #     kept; no `cd` in a shell, which would add OLDPWD to every job's environment). Put that folder first in PATH (root only: chroot needs it).
 #   - Pitfalls met: minbase has no /etc/hosts (getaddrinfo fails everywhere, munged sets a null
 #     origin); a gres.conf `File=/dev/null Count=2` is fatal in 24.11 (one file per GPU here);
@@ -367,7 +367,7 @@ write_wrappers() {
 # Slurm $VERSION's $cmd, run in its chroot in the caller's directory (made by ci/real-slurm.sh up $VERSION)
 [ "\$(/usr/bin/id -u)" = 0 ] || { echo "$cmd: error: Slurm $VERSION runs in a chroot ($ROOTFS): its commands need root" >&2; exit 1; }
 [ -d "$ROOTFS\$PWD" ] || { echo "$cmd: error: \$PWD is not visible in the Slurm $VERSION chroot (ci/real-slurm.sh binds /tmp, /root, the project and \\\$HPCNB_REAL_SLURM_BINDS)" >&2; exit 1; }
-exec /usr/sbin/chroot $ROOTFS /usr/bin/env -C "\$PWD" /usr/bin/$cmd "\$@"
+exec /usr/sbin/chroot $ROOTFS /usr/bin/env -C "\$PWD" -a $cmd /usr/bin/$cmd "\$@"
 EOF
     chmod 755 "$BIN_DIR/$cmd.tmp"
     mv "$BIN_DIR/$cmd.tmp" "$BIN_DIR/$cmd"

@@ -1,4 +1,4 @@
-"""The parity suite: the local Slurm against a real Slurm 22.05, case by case.
+"""The parity suite: the local Slurm against a real Slurm (22.05 or 24.11, HPCNB_REAL_SLURM), case by case.
 
 Every case runs the same command or job script on both (see harness.py) and compares what a user
 or a framework can observe; intentional differences are named in harness.INTENTIONAL. The cases
