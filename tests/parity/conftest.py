@@ -104,9 +104,9 @@ def requeue_case(request: pytest.FixtureRequest):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not harness.RECORDS:
         return
-    from .report import load, render
+    from .report import load, render, run_times
 
     ARTIFACTS.mkdir(exist_ok=True)
     records = sorted(harness.RECORDS, key=lambda r: r["case"])
     (ARTIFACTS / f"parity-{harness.REAL_VERSION}.json").write_text(json.dumps(records, indent=1) + "\n")
-    (ARTIFACTS / "parity.md").write_text(render(load(), time.strftime("%Y-%m-%d %H:%M:%S")))
+    (ARTIFACTS / "parity.md").write_text(render(load(), time.strftime("%Y-%m-%d %H:%M:%S"), run_times()))

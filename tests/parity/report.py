@@ -38,20 +38,24 @@ def _ok(verdict: str) -> bool:
     return verdict == "equal" or verdict.startswith("intentional")
 
 
-def _summary(version: str, records: list[dict]) -> str:
+def run_times() -> dict[str, str]:
+    """``{version: when its results were written}``."""
+    return {path.stem.removeprefix("parity-"): time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+            for path in ARTIFACTS.glob("parity-*.json")}
+
+
+def _summary(version: str, records: list[dict], when: str | None) -> str:
     equal = sum(r["verdict"] == "equal" for r in records)
     intentional = sum(r["verdict"].startswith("intentional") for r in records)
     bad = sum(not _ok(r["verdict"]) for r in records)
-    stamp = ""
-    path = ARTIFACTS / f"parity-{version}.json"
-    if path.exists():
-        stamp = time.strftime(" (run %Y-%m-%d %H:%M)", time.localtime(path.stat().st_mtime))
+    stamp = f" (run {when})" if when else ""
     return (f"- real Slurm {version}{stamp}: {len(records)} cases, {equal} equal, {intentional} intentionally "
             f"different, {bad} different.")
 
 
-def render(by_version: dict[str, list[dict]], stamp: str | None = None) -> str:
-    """Markdown: a summary per version, the table, and the reason for every intentional difference."""
+def render(by_version: dict[str, list[dict]], stamp: str | None = None, when: dict[str, str] | None = None) -> str:
+    """Markdown: a summary per version (``when`` it ran), the table, and the reason for every
+    intentional difference."""
     from .harness import INTENTIONAL
 
     versions = list(by_version)
@@ -61,7 +65,7 @@ def render(by_version: dict[str, list[dict]], stamp: str | None = None) -> str:
             cases.setdefault(rec["case"], {})[version] = rec
     lines = [f"# Parity: local Slurm vs real Slurm {', '.join(versions) or '(no results)'}", "",
              f"{stamp or time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
-    lines += [_summary(v, by_version[v]) for v in versions]
+    lines += [_summary(v, by_version[v], (when or {}).get(v)) for v in versions]
     head = ["case", "local"] + [f"{part} {v}" for v in versions for part in ("real", "verdict")]
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case in sorted(cases):
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no parity results (test-artifacts/parity-*.json): is a real Slurm up? `bash ci/real-slurm.sh up "
               "[22.05|24.11]`", file=sys.stderr)
         return rc or 1
-    print(render(results))
+    print(render(results, when=run_times()))
     return rc
 
 
