@@ -121,6 +121,18 @@ trap 'die "unexpected failure (line $LINENO): $BASH_COMMAND"' ERR
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
+# close every descriptor above 2 that the caller passed on: the daemons would inherit them, and
+# an inherited lock (`flock /tmp/real-slurm.lock ci/real-slurm.sh up`) would then be held by
+# munged, mariadbd and slurmdbd for as long as they run
+close_inherited_fds() {
+  local fd fds
+  fds=$(ls /proc/$$/fd)
+  for fd in $fds; do
+    [ "$fd" -gt 2 ] 2>/dev/null || continue
+    eval "exec $fd>&-" 2>/dev/null || true
+  done
+}
+
 need_root() {
   [ "$(id -u)" = 0 ] || die "must be run as root (it installs packages and starts system daemons); try: sudo $0 $*"
 }
@@ -546,6 +558,7 @@ cmd_up() {
   local t0
   t0=$(now)
   need_root up
+  close_inherited_fds
   [ -d "$TEMPLATES" ] || die "config templates not found in $TEMPLATES"
   if [ -n "$ROOTFS" ]; then
     build_rootfs

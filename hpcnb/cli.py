@@ -2,9 +2,10 @@
 
   hpcnb slurm-path                        print the folder holding the local Slurm's commands
   hpcnb which-slurm                       which Slurm the course uses (local or real), and why
-  hpcnb slurm [status]                    the local Slurm's state folder, profile, controller, jobs
+  hpcnb slurm [status]                    the local Slurm's state folder, profile, Slurm version, controller, jobs
   hpcnb slurm stop                        stop its controller (jobs keep running)
-  hpcnb slurm reset [--profile NAME]      forget all jobs (and switch the emulated site)
+  hpcnb slurm reset [--profile NAME] [--slurm-version 22.05|24.11]
+                                          forget all jobs (and switch the emulated site or Slurm version)
   hpcnb slurm recover                     keep a damaged state file aside and salvage what it can
   hpcnb slurm preempt JOBID               preempt a running job (requeued unless submitted --no-requeue)
   hpcnb slurm slow-node NODE FACTOR       srun tasks on NODE run FACTOR (1-20) times slower; 1 = normal
@@ -124,7 +125,8 @@ def _slurm(args: argparse.Namespace) -> int:
     from hpcnb.localslurm import admin
 
     verb = args.verb or "status"
-    options = {"profile": getattr(args, "profile", None), "job_id": getattr(args, "job_id", None),
+    options = {"profile": getattr(args, "profile", None), "slurm_version": getattr(args, "slurm_version", None),
+               "job_id": getattr(args, "job_id", None),
                "node": getattr(args, "node", None), "factor": getattr(args, "factor", None)}
     return _on_local_state("hpcnb slurm", lambda: admin.run(verb, **options))
 
@@ -177,12 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     slurm = command("slurm", "manage the local Slurm (status, stop, reset, recover, preempt, slow-node)", _slurm,
                     description="Manage the embedded local Slurm. Without a verb: status.", epilog=_EXIT_CODES)
     verbs = slurm.add_subparsers(dest="verb", metavar="VERB", title="verbs")
-    command("status", "state folder, profile, controller, job counts", _slurm, parent=verbs)
+    command("status", "state folder, profile, Slurm version, controller, job counts", _slurm, parent=verbs)
     command("stop", "stop the controller (jobs keep running; it restarts on demand)", _slurm, parent=verbs)
     reset = command("reset", "cancel everything, forget all jobs, optionally emulate another site", _slurm,
                     parent=verbs)
     reset.add_argument("--profile", metavar="NAME",
                        help="the site profile to emulate from now on (local, narval, ..., or a .toml path)")
+    reset.add_argument("--slurm-version", metavar="VERSION",
+                       help="behave as this Slurm from now on (22.05 or 24.11; default: $HPCNB_SLURM_VERSION, "
+                            "else the profile's slurm_version)")
     command("recover", 'after "state file is damaged": keep a copy, salvage what can be read', _slurm, parent=verbs)
     preempt = command("preempt", "preempt a running job (requeued unless it was submitted with --no-requeue)",
                       _slurm, parent=verbs)

@@ -181,6 +181,30 @@ def test_slurm_reset_profile_and_its_errors(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_slurm_version_from_profile_environment_or_reset(tmp_path, monkeypatch):
+    """The profile's slurm_version, HPCNB_SLURM_VERSION over it, fixed at first use; reset changes it."""
+    state = tmp_path / "state"
+    monkeypatch.delenv("HPCNB_SLURM_VERSION", raising=False)
+    assert "slurm version: 22.05 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout
+    monkeypatch.setenv("HPCNB_SLURM_VERSION", "24.11")
+    assert "slurm version: 24.11 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout
+    monkeypatch.setenv("HPCNB_SLURM_VERSION", "23.02")
+    bad = hpcnb_cmd("slurm", state=state)
+    assert bad.returncode == 0 and "slurm version: unusable: HPCNB_SLURM_VERSION='23.02'" in bad.stdout
+    from hpcnb.backend import local_bin_dir
+
+    sinfo = subprocess.run([str(Path(local_bin_dir()) / "sinfo")], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "HPCNB_STATE_DIR": str(state)})
+    assert sinfo.returncode == 1 and sinfo.stderr.startswith("sinfo: error: HPCNB_SLURM_VERSION='23.02': "), sinfo
+    monkeypatch.delenv("HPCNB_SLURM_VERSION")
+    done = hpcnb_cmd("slurm", "reset", "--slurm-version", "24.11", state=state)
+    assert (done.returncode, done.stdout) == (0, "local Slurm reset (Slurm 24.11)\n"), done.stderr
+    assert "slurm version: 24.11\n" in hpcnb_cmd("slurm", "status", state=state).stdout
+    refused = hpcnb_cmd("slurm", "reset", "--slurm-version", "25.05", state=state)
+    assert refused.returncode == 2 and "emulates Slurm 22.05, 24.11" in refused.stderr
+    assert "slurm version: 24.11\n" in hpcnb_cmd("slurm", "status", state=state).stdout, "a refused reset reset"
+
+
 def test_slurm_failures_are_exit_1(tmp_path):
     state = tmp_path / "state"
     not_running = hpcnb_cmd("slurm", "preempt", "99999", state=state)

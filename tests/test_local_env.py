@@ -1,19 +1,24 @@
-"""The local Slurm's job environment against complete captures from a real Slurm 22.05.8.
+"""The local Slurm's job environment against complete captures from a real Slurm 22.05.8 and 24.11.5.
 
-Scenario of the captures (tests/fixtures/captures-22.05/env_full_*): from an empty environment,
-``sbatch -N2 -n4 --gpus-per-node=1`` whose batch shell runs ``srun env``.
+Scenario of the captures (tests/fixtures/captures-VERSION/env_full_*): from an empty environment,
+``sbatch -N2 -n4 --gpus-per-node=1`` whose batch shell runs ``srun env``; and salloc, array and
+``--cpus-per-task`` scenarios. Each capture-based test runs once per version, on a local Slurm
+behaving as that version (``hpcnb slurm reset --slurm-version``); 24.11's captures come from
+``ci/real-slurm/capture-fixtures.py --version 24.11``.
 """
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, run
 
-CAPTURES = FIXTURES / "captures-22.05"
+VERSIONS = ("22.05", "24.11")
 SHELL_VARS = {"PWD", "SHLVL", "_", "HOME", "OLDPWD", "PATH", "HPCNB_STATE_DIR"}
 # Present locally on purpose: the local profile provides SLURM_TMPDIR (as Alliance Canada does);
 # the name-resolution shim appears only where node names don't resolve natively.
@@ -24,13 +29,38 @@ def read_env(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
+class Lane:
+    """A local Slurm behaving as one Slurm version, and that version's captures."""
+
+    def __init__(self, version: str, state: str) -> None:
+        self.version = version
+        self.captures = FIXTURES / f"captures-{version}"
+        self.env = {**os.environ, "HPCNB_STATE_DIR": state}
+
+    def run(self, args: list[str], **kw) -> subprocess.CompletedProcess[str]:
+        return run(args, env={**self.env, **kw.pop("env", {})}, **kw)
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """22.05: the session's local Slurm; 24.11: one of its own, reset to behave as 24.11."""
+    if request.param == VERSIONS[0]:
+        yield Lane(request.param, os.environ["HPCNB_STATE_DIR"])
+        return
+    lane = Lane(request.param, str(tmp_path_factory.mktemp(f"slurm-state-{request.param}")))
+    done = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset", "--slurm-version", request.param])
+    assert done.returncode == 0, done.stderr
+    yield lane
+    lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], timeout=60)
+
+
 @pytest.fixture(scope="module")
-def gpu_job(tmp_path_factory) -> Path:
+def gpu_job(lane: Lane, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("envjob")
     script = folder / "job.sh"
     script.write_text("#!/bin/sh\nenv > batch.env\nsrun sh -c 'env > task_$SLURM_PROCID.env'\n")
     script.chmod(0o755)
-    clean = {"PATH": os.environ["PATH"], "HPCNB_STATE_DIR": os.environ["HPCNB_STATE_DIR"]}
+    clean = {"PATH": os.environ["PATH"], "HPCNB_STATE_DIR": lane.env["HPCNB_STATE_DIR"]}
     done = run(["sbatch", "--wait", "-J", "fullenv", "-N2", "-n4", "--gpus-per-node=1", "job.sh"],
                cwd=folder, env=clean)
     assert done.returncode == 0, done.stderr
@@ -41,8 +71,8 @@ def keys(env: dict[str, str]) -> set[str]:
     return set(env) - SHELL_VARS - LOCAL_EXTRAS
 
 
-def test_batch_shell_has_exactly_the_real_variables(gpu_job: Path) -> None:
-    real = read_env(CAPTURES / "env_full_sbatch_N2n4_batchstep_cleanenv.txt")
+def test_batch_shell_has_exactly_the_real_variables(lane: Lane, gpu_job: Path) -> None:
+    real = read_env(lane.captures / "env_full_sbatch_N2n4_batchstep_cleanenv.txt")
     local = read_env(gpu_job / "batch.env")
     assert keys(local) == keys(real)
     for name in ("ENVIRONMENT", "SLURM_JOB_NAME", "SLURM_NTASKS", "SLURM_NNODES", "SLURM_JOB_NODELIST",
@@ -53,8 +83,8 @@ def test_batch_shell_has_exactly_the_real_variables(gpu_job: Path) -> None:
 
 
 @pytest.mark.parametrize("task", range(4))
-def test_srun_tasks_have_exactly_the_real_variables(gpu_job: Path, task: int) -> None:
-    real = read_env(CAPTURES / f"env_full_sbatch_N2n4_srun_task{task}.txt")
+def test_srun_tasks_have_exactly_the_real_variables(lane: Lane, gpu_job: Path, task: int) -> None:
+    real = read_env(lane.captures / f"env_full_sbatch_N2n4_srun_task{task}.txt")
     local = read_env(gpu_job / f"task_{task}.env")
     assert keys(local) == keys(real)
     for name in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME", "SLURM_GTIDS",
@@ -63,11 +93,11 @@ def test_srun_tasks_have_exactly_the_real_variables(gpu_job: Path, task: int) ->
         assert local[name] == real[name], name
 
 
-def test_salloc_shell_layer(workdir: Path) -> None:
+def test_salloc_shell_layer(lane: Lane, workdir: Path) -> None:
     """salloc -n2: job-level variables only, job name 'interactive', inherited by its steps."""
-    real_shell = read_env(CAPTURES / "salloc_shell.env")
-    real_task = read_env(CAPTURES / "salloc_srun_task_0.env")
-    done = run(["salloc", "-n2", "sh", "-c", "env > shell.env; srun -n1 sh -c 'env > task.env'"])
+    real_shell = read_env(lane.captures / "salloc_shell.env")
+    real_task = read_env(lane.captures / "salloc_srun_task_0.env")
+    done = lane.run(["salloc", "-n2", "sh", "-c", "env > shell.env; srun -n1 sh -c 'env > task.env'"])
     assert done.returncode == 0, done.stderr
     assert re.search(r"salloc: Granted job allocation \d+", done.stderr)
     assert "salloc: Relinquishing job allocation" in done.stderr
@@ -77,8 +107,9 @@ def test_salloc_shell_layer(workdir: Path) -> None:
     assert shell["SLURM_JOB_NAME"] == "interactive"
     task = read_env(workdir / "task.env")
     assert task["SLURM_JOB_NAME"] == "interactive"
-    # these captures predate DefMemPerCPU in the reference config, hence no SLURM_MEM_PER_CPU there
-    assert {k for k in task if k.startswith(("SLURM", "SRUN_"))} - LOCAL_EXTRAS - {"SLURM_MEM_PER_CPU"} == set(real_task)
+    # the 22.05 captures predate DefMemPerCPU in the reference config, hence no SLURM_MEM_PER_CPU there
+    assert ({k for k in task if k.startswith(("SLURM", "SRUN_"))} - LOCAL_EXTRAS - {"SLURM_MEM_PER_CPU"}
+            == set(real_task) - {"SLURM_MEM_PER_CPU"})
 
 
 def test_conditional_variables(workdir: Path) -> None:
@@ -94,14 +125,51 @@ def test_conditional_variables(workdir: Path) -> None:
         assert name not in plain_env and name not in rich_env
 
 
-def test_array_variables(workdir: Path) -> None:
-    done = run(["sbatch", "--wait", "--array=3-7:2%2", "-c1", "-J", "envarr", "--wrap",
-                "env > arr_$SLURM_ARRAY_TASK_ID.env"])
+def test_array_variables(lane: Lane, workdir: Path) -> None:
+    done = lane.run(["sbatch", "--wait", "--array=3-7:2%2", "-c1", "-J", "envarr", "--wrap",
+                     "env > arr_$SLURM_ARRAY_TASK_ID.env"])
     assert done.returncode == 0, done.stderr
     for task in (3, 5, 7):
-        real = read_env(CAPTURES / f"array_{task}.env")
+        real = read_env(lane.captures / f"array_{task}.env")
         local = read_env(workdir / f"arr_{task}.env")
         assert {k for k in local if k.startswith("SLURM")} - LOCAL_EXTRAS == {k for k in real if k.startswith("SLURM")}
         for name in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
                      "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP"):
             assert local[name] == real[name], name
+
+
+def test_srun_inherits_cpus_per_task_as_the_version_does(lane: Lane, workdir: Path) -> None:
+    """``sbatch -n1 -c2`` on a 2-CPU node: 24.11's srun inherits -c (SLURM_TRES_PER_TASK=cpu=2 everywhere;
+    ``srun -n2`` no longer fits), 22.05's does not (``srun -n2`` runs two 1-CPU tasks)."""
+    script = ("env > batch.env; srun env > step.env; srun -c1 env > step_c1.env; "
+              "srun -n2 sh -c 'echo $SLURM_CPUS_PER_TASK' > step_n2.txt 2>&1; echo \"exit code $?\" >> step_n2.txt")
+    done = lane.run(["sbatch", "--wait", "-J", "cpt", "-n1", "-c2", "--wrap", script])
+    assert done.returncode == 0, done.stderr
+    job_id = re.search(r"Submitted batch job (\d+)", done.stdout).group(1)
+    for layer in ("batch", "step", "step_c1"):
+        local, real = read_env(workdir / f"{layer}.env"), read_env(lane.captures / f"cpus_per_task_{layer}.env")
+        for name in ("SLURM_CPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE"):
+            assert local.get(name) == real.get(name), (layer, name)
+    got = sorted(re.sub(rf"\bjob {job_id}\b", "job <JOBID>", (workdir / "step_n2.txt").read_text()).splitlines())
+    assert got == sorted((lane.captures / "cpus_per_task_step_n2.txt").read_text().splitlines())
+
+
+# srun's -c in an ``sbatch -n1 -c2`` job, by version (measured on the real lanes): SRUN_CPUS_PER_TASK=1
+# is read by both, but 24.11 takes the job's SLURM_CPUS_PER_TASK/SLURM_TRES_PER_TASK over it
+@pytest.mark.parametrize("variables, cpus", [({"SRUN_CPUS_PER_TASK": "1"}, {"22.05": "1", "24.11": "2"}),
+                                             ({}, {"22.05": "2", "24.11": "2"})])
+def test_srun_cpus_per_task_from_the_environment(lane: Lane, workdir: Path, variables: dict, cpus: dict) -> None:
+    """Where srun's -c comes from; 24.11 also refuses a SLURM_CPUS_PER_TASK that disagrees with
+    SLURM_TRES_PER_TASK (its fatal error)."""
+    exports = " ".join(f"{k}={v}" for k, v in variables.items())
+    script = (f"{exports} srun -n1 sh -c 'echo cpt=$SLURM_CPUS_PER_TASK'; "
+              "SLURM_CPUS_PER_TASK=1 srun -n1 true; echo \"exit code $?\"")
+    done = lane.run(["sbatch", "--wait", "-n1", "-c2", "-o", "out.txt", "--wrap", script])
+    assert done.returncode == 0, done.stderr
+    lines = (workdir / "out.txt").read_text().splitlines()
+    assert lines[0] == f"cpt={cpus[lane.version]}"
+    if lane.version == "24.11":
+        assert lines[1:] == ["srun: fatal: cpus-per-task set by two different environment variables "
+                             "SLURM_CPUS_PER_TASK=1 != SLURM_TRES_PER_TASK=cpu=2", "exit code 1"]
+    else:
+        assert lines[1:] == ["exit code 0"]

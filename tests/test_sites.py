@@ -119,6 +119,7 @@ def test_local_profile_shape_is_exact() -> None:
     assert short.preemptible is False and debug.nodes is None and short.nodes is None
     assert p.slurm_tmpdir is True
     assert (p.def_mem_per_cpu_mb, p.kill_wait_s, p.cluster_name) == (500, 2, "hpcnb")
+    assert p.slurm_version == "22.05"
     assert p.account_required is False and p.account_directive is None
     tiers = {t.name: t for t in p.storage}
     assert tiers["home"].path == "$HOME"
@@ -274,6 +275,8 @@ def test_duplicate_node_names(tmp_path: Path) -> None:
     ('jupyter = ""', 'jupyter = ""\nhome_forbidden_for = ["code"]', "home_forbidden_for[0]"),
     ('jupyter = ""', 'jupyter = ""\n[modules]\npython = "python/3.11"\n', "modules.python"),
     ('name = "quick"', 'name = "main"', "partitions[1].name"),
+    ('jupyter = ""', 'jupyter = ""\nslurm_version = "23.02"', "slurm_version"),
+    ('jupyter = ""', 'jupyter = ""\nslurm_version = 24.11', "slurm_version"),
 ])
 def test_invalid_values_name_the_field(tmp_path: Path, old: str, new: str, field: str) -> None:
     err = error_for(broken(tmp_path, old, new))

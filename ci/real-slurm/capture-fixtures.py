@@ -152,6 +152,18 @@ def job(workdir, env, argv, script=None):
     return m.group(1)
 
 
+def final_sacct(job_id, cwd, env, fields, timeout=30):
+    """sacct -P of a finished job once slurmdbd has its start record (until then a fast job's row
+    is named "allocation" and lacks its request)."""
+    end = time.time() + timeout
+    while True:
+        p = run(["sacct", "-P", "-j", job_id, "-o", fields], cwd, env)
+        rows = [line.split("|") for line in p.stdout.splitlines()[1:]]
+        if (rows and rows[0][1] != "allocation") or time.time() > end:
+            return p
+        time.sleep(0.5)
+
+
 def capture_envs(outdir, version, commands):
     env = {"PATH": f"{commands}:/usr/sbin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "TMPDIR": "/tmp"}
 
@@ -184,12 +196,12 @@ def capture_envs(outdir, version, commands):
         for src, dest in (("batch", "batch"), ("step", "step"), ("step_c1", "step_c1")):
             keep(wd, f"{src}.env", f"cpus_per_task_{dest}.env")
         with open(os.path.join(wd, "step_n2.txt")) as f:
-            text = f.read().replace(job_id, "<JOBID>")
+            text = re.sub(rf"\bjob {job_id}\b", "job <JOBID>", f.read())
         with open(os.path.join(outdir, "cpus_per_task_step_n2.txt"), "w") as f:
             f.write(text)
-        p = run(["sacct", "-P", "-j", job_id, "-o", "JobID,JobName,NTasks,AllocCPUS,ReqCPUS,State"], wd, env)
+        p = final_sacct(job_id, wd, env, "JobID,JobName,NTasks,AllocCPUS,ReqCPUS,State")
         with open(os.path.join(outdir, "cpus_per_task_sacct.txt"), "w") as f:
-            f.write(p.stdout.replace(job_id, "<JOBID>"))
+            f.write(re.sub(rf"^{job_id}\b", "<JOBID>", p.stdout, flags=re.M))
         print("cpus_per_task_sacct.txt")
     with tempfile.TemporaryDirectory(prefix=f"hpcnb-capture-{version}-") as wd:
         job_id = job(wd, env, ["-J", "extl", "-n1", "-o", "out.txt"],

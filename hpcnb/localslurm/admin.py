@@ -59,8 +59,9 @@ def _kill(procs_: list[psutil.Process]) -> None:
     psutil.wait_procs(procs_, timeout=3)
 
 
-def reset(profile: str | None) -> None:
-    """Cancel every job, stop the controller and forget all state (works on a damaged state file too)."""
+def reset(profile: str | None, slurm_version: str | None = None) -> None:
+    """Cancel every job, stop the controller and forget all state (works on a damaged state file too);
+    then emulate ``profile`` and ``slurm_version`` where given."""
     active: list[int] = []
     try:
         conn = db.connect()
@@ -82,9 +83,13 @@ def reset(profile: str | None) -> None:
         from .cluster import load_cluster
 
         load_cluster(profile)  # fails now, with the profile's own error, if it is invalid
+    if profile or slurm_version:
         conn = db.connect()
         with db.transaction(conn):
-            db.set_meta(conn, "profile", profile)
+            if profile:
+                db.set_meta(conn, "profile", profile)
+            if slurm_version:
+                db.set_meta(conn, "slurm_version", slurm_version)
 
 
 # --------------------------------------------------------------------------------- recover
@@ -371,9 +376,23 @@ def main(argv: list[str] | None = None) -> int:
     return cli(["slurm", *(sys.argv[1:] if argv is None else argv)])
 
 
-def run(verb: str, *, profile: str | None = None, job_id: int | None = None, node: str | None = None,
-        factor: str | None = None) -> int:
-    """One ``hpcnb slurm`` verb, its arguments already parsed; 0 done, 1 failed, 2 unknown profile.
+def _version_line(conn) -> str:
+    """The Slurm version the state behaves as, or the one it will take at first use."""
+    from .cluster import wanted_version
+
+    version = db.get_meta(conn, "slurm_version")
+    if version:
+        return f"slurm version: {version}"
+    profile = db.get_meta(conn, "profile") or os.environ.get("HPCNB_PROFILE") or "local"
+    try:
+        return f"slurm version: {wanted_version(profile)} (not started yet)"
+    except ValueError as err:  # hpcnb.sites.ProfileError
+        return f"slurm version: unusable: {err}"
+
+
+def run(verb: str, *, profile: str | None = None, slurm_version: str | None = None, job_id: int | None = None,
+        node: str | None = None, factor: str | None = None) -> int:
+    """One ``hpcnb slurm`` verb, its arguments already parsed; 0 done, 1 failed, 2 unknown profile or version.
 
     A damaged state file raises :class:`db.StateError` (``hpcnb.cli`` prints it and exits 1).
     """
@@ -383,6 +402,7 @@ def run(verb: str, *, profile: str | None = None, job_id: int | None = None, nod
         counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
         print(f"state: {paths.state_dir()}")
         print(f"profile: {db.get_meta(conn, 'profile', 'local (not started yet)')}")
+        print(_version_line(conn))
         print(f"controller: {'running, pid ' + str(pid) if pid else 'stopped (starts on first use)'}")
         print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
         return 0
@@ -390,6 +410,12 @@ def run(verb: str, *, profile: str | None = None, job_id: int | None = None, nod
         stop()
         return 0
     if verb == "reset":
+        from hpcnb.sites import SLURM_VERSIONS
+
+        if slurm_version and slurm_version not in SLURM_VERSIONS:
+            print(f"hpcnb slurm reset: error: --slurm-version {slurm_version}: the local Slurm emulates Slurm "
+                  f"{', '.join(SLURM_VERSIONS)}", file=sys.stderr)
+            return 2
         if profile:
             from .cluster import load_cluster
 
@@ -398,8 +424,9 @@ def run(verb: str, *, profile: str | None = None, job_id: int | None = None, nod
             except ValueError as err:  # hpcnb.sites.ProfileError
                 print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
                 return 2
-        reset(profile)
-        print("local Slurm reset" + (f" (profile {profile})" if profile else ""))
+        reset(profile, slurm_version)
+        chosen = ", ".join(x for x in (profile and f"profile {profile}", slurm_version and f"Slurm {slurm_version}") if x)
+        print("local Slurm reset" + (f" ({chosen})" if chosen else ""))
         return 0
     if verb == "recover":
         print(recover())

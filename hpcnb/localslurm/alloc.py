@@ -124,8 +124,10 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
 def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
     """Why the request can never run in the partition (Slurm's reason text), or None."""
     part = cluster.partitions[partition]
+    refused = "Requested node configuration is not available"
     if (req.nodes_min or 1) > len(part.nodes):
-        return None  # Slurm accepts it; it pends with reason PartitionNodeLimit
+        # 22.05 accepts it (it pends with reason PartitionNodeLimit); 24.11 refuses it (captured)
+        return refused if cluster.since("24.11") else None
     if req.nodelist:
         import hostlist
 
@@ -146,7 +148,10 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
         if per_node_cpus > max(cluster.nodes[n].cpus for n in part.nodes):
             return "CPU count per node can not be satisfied"
         if req.gpus_per_node > max(cluster.nodes[n].gpus for n in part.nodes) or req.nodelist or req.exclusive:
-            return "Requested node configuration is not available"
-        # each node could hold its share, only not all of it at once: Slurm accepts the job, which
-        # then pends with reason PartitionConfig (checked live against a real 22.05, tests/parity)
+            return refused
+        # each node could hold its share, only not all of it at once: Slurm 22.05 accepts the job, which
+        # then pends with reason PartitionConfig (checked live against a real 22.05, tests/parity);
+        # 24.11 refuses it
+        if cluster.since("24.11"):
+            return refused
     return None

@@ -1,8 +1,10 @@
 """The virtual cluster: nodes and partitions taken from a site profile."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import hostlist
 
@@ -37,6 +39,11 @@ class Cluster:
     slurm_tmpdir: bool
     account_required: bool
     account_directive: str | None  # e.g. "--account=def-<PI>" or "--comment=<project>"
+    slurm_version: str = "22.05"  # whose behaviour this cluster emulates (hpcnb.sites.SLURM_VERSIONS)
+
+    def since(self, version: str) -> bool:
+        """This cluster behaves as Slurm ``version`` or later (``cluster.since("23.11")``)."""
+        return _version_key(self.slurm_version) >= _version_key(version)
 
     @property
     def account_option(self) -> str | None:
@@ -56,9 +63,14 @@ def _seconds(text: str) -> int | None:
     return parse_slurm_time(text)
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 @lru_cache(maxsize=8)
-def load_cluster(profile_name: str = "local") -> Cluster:
-    """Build the virtual cluster of a site profile (see :mod:`hpcnb.sites`)."""
+def load_cluster(profile_name: str = "local", slurm_version: str | None = None) -> Cluster:
+    """Build the virtual cluster of a site profile (see :mod:`hpcnb.sites`), behaving as
+    ``slurm_version`` (default: the profile's ``slurm_version``)."""
     from hpcnb.sites import load_profile
 
     profile = load_profile(profile_name)
@@ -80,4 +92,38 @@ def load_cluster(profile_name: str = "local") -> Cluster:
         slurm_tmpdir=profile.slurm_tmpdir,
         account_required=profile.account_required,
         account_directive=profile.account_directive,
+        slurm_version=slurm_version or profile.slurm_version,
     )
+
+
+def wanted_version(profile_name: str) -> str:
+    """The Slurm version a fresh state takes: ``HPCNB_SLURM_VERSION``, else the profile's."""
+    from hpcnb.sites import SLURM_VERSION_ENV, SLURM_VERSIONS, ProfileError, load_profile
+
+    wanted = os.environ.get(SLURM_VERSION_ENV)
+    if not wanted:
+        return load_profile(profile_name).slurm_version
+    if wanted not in SLURM_VERSIONS:
+        known = ", ".join(SLURM_VERSIONS)
+        raise ProfileError(f"{SLURM_VERSION_ENV}={wanted!r}: the local Slurm emulates Slurm {known}. "
+                           f"Fix: set it to one of {known}, or unset it (the profile's slurm_version).",
+                           field=SLURM_VERSION_ENV, fix=f"use one of {known}")
+    return wanted
+
+
+def state_cluster(conn: Any) -> Cluster:
+    """The cluster a local Slurm state is for. Its profile (``HPCNB_PROFILE``, else "local") and
+    Slurm version (:func:`wanted_version`) are fixed the first time the state is used, so every
+    command, the controller and the jobs agree; ``hpcnb slurm reset`` starts afresh."""
+    from . import db
+
+    profile, version = db.get_meta(conn, "profile"), db.get_meta(conn, "slurm_version")
+    if profile is None or version is None:
+        with db.transaction(conn):
+            if db.get_meta(conn, "profile") is None:
+                db.set_meta(conn, "profile", os.environ.get("HPCNB_PROFILE") or "local")
+            profile = db.get_meta(conn, "profile") or "local"
+            if db.get_meta(conn, "slurm_version") is None:
+                db.set_meta(conn, "slurm_version", wanted_version(profile))
+            version = db.get_meta(conn, "slurm_version")
+    return load_cluster(profile, version)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import db, paths, procs
-from .cluster import load_cluster
+from .cluster import state_cluster
 
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
 IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
@@ -153,14 +153,7 @@ def log(text: str) -> None:
 class Controller:
     def __init__(self) -> None:
         self.conn = self._connect()
-        profile = db.get_meta(self.conn, "profile")
-        if profile is None:
-            profile = os.environ.get("HPCNB_PROFILE", "local")
-            with db.transaction(self.conn):
-                if db.get_meta(self.conn, "profile") is None:
-                    db.set_meta(self.conn, "profile", profile)
-            profile = db.get_meta(self.conn, "profile") or profile
-        self.cluster = load_cluster(profile)
+        self.cluster = state_cluster(self.conn)
         self.sock = self._bind()
         self.last_busy = time.time()
         self.started_at = time.time()

@@ -1,9 +1,11 @@
-"""The SLURM_* environment, in Slurm 22.05's three layers: batch shell, srun task, salloc shell.
+"""The SLURM_* environment, in Slurm's three layers: batch shell, srun task, salloc shell.
 
-Which variables appear, and when, follows captures from a real Slurm 22.05.8 (see tests/fixtures).
+Which variables appear, and when, follows captures from a real Slurm 22.05.8 and 24.11.5 (see
+tests/fixtures/captures-*); the cluster's ``slurm_version`` picks which.
 """
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import socket
@@ -15,6 +17,16 @@ from . import paths
 from .cluster import Cluster
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+# 24.11 (23.11+): every layer tells MPI launchers to start their daemons with srun --external-launcher
+MPI_LAUNCHER_VARS = {
+    "HYDRA_BOOTSTRAP": "slurm",
+    "HYDRA_LAUNCHER_EXTRA_ARGS": "--external-launcher",
+    "I_MPI_HYDRA_BOOTSTRAP": "slurm",
+    "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS": "--external-launcher",
+    "OMPI_MCA_plm_slurm_args": "--external-launcher",
+    "PRTE_MCA_plm_slurm_args": "--external-launcher",
+}
+UNLIMITED_END_S = 365 * 86400  # SLURM_JOB_END_TIME of a job without a time limit: a year after its start
 
 
 def compress_counts(counts: list[int]) -> str:
@@ -42,6 +54,8 @@ def job_vars(job: dict[str, Any], cluster: Cluster, layer: str = "salloc") -> di
     As with Slurm 22.05: SLURM_NODE_ALIASES and SLURM_GPUS_PER_NODE come from sbatch/salloc only
     (srun sets neither); salloc exports SLURM_MEM_PER_* only for an explicit --mem/--mem-per-cpu
     (the batch shell always gets one: see batch_env); srun sets the step's task counts itself.
+    24.11 drops SLURM_NODE_ALIASES and adds SLURM_TRES_PER_TASK (with -c), the MPI launcher
+    variables, and (not in salloc's shell) the job's start and end times.
     """
     req = job["req"]
     nodes = [p["node"] for p in job["alloc"]]
@@ -64,7 +78,15 @@ def job_vars(job: dict[str, Any], cluster: Cluster, layer: str = "salloc") -> di
         "SLURM_SUBMIT_HOST": req["submit_host"],
         "SLURM_TASKS_PER_NODE": compress_counts([p["tasks"] for p in job["alloc"]]),
     }
-    if layer != "srun":
+    if cluster.since("24.11"):
+        env.update(MPI_LAUNCHER_VARS)
+        if req["cpus_per_task"]:
+            env["SLURM_TRES_PER_TASK"] = f"cpu={req['cpus_per_task']}"
+        if layer != "salloc" and job["start_time"]:
+            start = int(job["start_time"])
+            env["SLURM_JOB_START_TIME"] = str(start)
+            env["SLURM_JOB_END_TIME"] = str(start + (job["time_limit"] or UNLIMITED_END_S))
+    elif layer != "srun":
         env["SLURM_NODE_ALIASES"] = "(null)"
     if req["ntasks"] or req["ntasks_per_node"]:
         ntasks = str(sum(p["tasks"] for p in job["alloc"]))
@@ -112,7 +134,7 @@ def _user_vars(job: dict[str, Any]) -> dict[str, str]:
         "SLURM_JOB_UID": str(job["uid"]),
         "SLURM_JOB_GID": str(pwd.getpwuid(job["uid"]).pw_gid if _has_user(job["uid"]) else os.getgid()),
         "SLURM_JOB_USER": job["user"],
-        "SLURM_PRIO_PROCESS": "0",
+        "SLURM_PRIO_PROCESS": str(job["req"].get("nice", 0)),  # the submitter's nice value
     }
 
 
@@ -138,8 +160,11 @@ def node_vars(job: dict[str, Any], cluster: Cluster, part: dict[str, Any], gpus:
         "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
         **_user_vars(job),
-        "SLURM_WORKING_CLUSTER": f"{cluster.name}:localhost:6817:9728:109",
     }
+    if cluster.since("24.11"):
+        env["SLURM_OOM_KILL_STEP"] = "0"
+    else:
+        env["SLURM_WORKING_CLUSTER"] = f"{cluster.name}:localhost:6817:9728:109"
     if gpus:
         ids = ",".join(map(str, gpus))
         env.update({name: ids for name in GPU_VARS})
@@ -247,7 +272,9 @@ def task_env(
     carries the allocation's variables, which the task inherits; a stand-alone srun sets fewer
     (no SLURM_NODE_ALIASES, SLURM_MEM_PER_*, SLURM_JOB_GPUS, SLURM_GPUS_PER_NODE,
     SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0, and SLURM_DISTRIBUTION only with a memory option),
-    as Slurm 22.05's srun does.
+    as Slurm 22.05's srun does. 24.11's srun adds SLURMD_DEBUG, SLURM_TRES_PER_TASK (the step's -c),
+    and for a stand-alone srun SLURM_JOB_GROUP and its own memory and --gpus-per-node requests;
+    it drops SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0.
     """
     part = step["layout"][node_index]
     layout = step["layout"]
@@ -262,6 +289,7 @@ def task_env(
     # without -c a step may use every CPU the job has on the node (22.05's default, no --exact)
     cpus = part["cpus"] if step.get("cpus_per_task") else part["alloc"]["cpus"]
     env.update(node_vars(job, cluster, part["alloc"], gpus, cpus))
+    env["SLURM_PRIO_PROCESS"] = str(_srun_nice(job))
     first = sum(p["tasks"] for p in layout[:node_index])
     ntasks = step["ntasks"]
     env.update(
@@ -288,19 +316,54 @@ def task_env(
             "SRUN_DEBUG": "3",
         }
     )
-    # srun picks cyclic when there are no more tasks than nodes, block otherwise; a stand-alone
-    # srun exports its choice only when it was given a memory option
+    # srun picks cyclic when there are no more tasks than nodes, block otherwise (24.11: block too when
+    # -c alone set the task count); a stand-alone srun exports it only when given a memory option
     if in_allocation or req.get("mem_mb") is not None or req.get("mem_per_cpu_mb"):
-        env["SLURM_DISTRIBUTION"] = "cyclic" if ntasks <= len(layout) else "block"
-    if in_allocation:
-        env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = compress_counts([p["cpus"] for p in job["alloc"]])
+        env["SLURM_DISTRIBUTION"] = "cyclic" if ntasks <= len(layout) and not step.get("block") else "block"
     if gpus:
         env["SLURM_STEP_GPUS"] = ",".join(map(str, gpus))
     if step.get("cpus_per_task"):
         env["SLURM_CPUS_PER_TASK"] = str(step["cpus_per_task"])
+    if cluster.since("24.11"):
+        if not step.get("cpus_per_task"):
+            env.pop("SLURM_TRES_PER_TASK", None)
+        env.update(_srun_2411_vars(job, step, in_allocation))
+    elif in_allocation:
+        env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = compress_counts([p["cpus"] for p in job["alloc"]])
     if local_id == 0:
         env.setdefault("TMPDIR", "/tmp")  # Slurm 22.05 quirk: only the first task per node gets it
     return env
+
+
+def _srun_nice(job: dict[str, Any]) -> int:
+    """A step's SLURM_PRIO_PROCESS: srun's own nice value. A real batch job runs at its slurmd's nice
+    (0), the local one at its submitter's: that much is taken off inside a batch job."""
+    base = job["req"].get("nice", 0) if job["kind"] == "batch" else 0
+    return os.getpriority(os.PRIO_PROCESS, 0) - base
+
+
+def _srun_2411_vars(job: dict[str, Any], step: dict[str, Any], in_allocation: bool) -> dict[str, str]:
+    """What 24.11's srun adds to a task's environment (see task_env)."""
+    env = {"SLURMD_DEBUG": "2"}
+    if step.get("cpus_per_task"):
+        env["SLURM_TRES_PER_TASK"] = f"cpu={step['cpus_per_task']}"
+    if not in_allocation:
+        req = job["req"]
+        env["SLURM_JOB_GROUP"] = _group_name(int(_user_vars(job)["SLURM_JOB_GID"]))
+        if "gpus-per-node" in req["given"] and req["gpus_per_node"]:
+            env["SLURM_GPUS_PER_NODE"] = str(req["gpus_per_node"])
+        if req["mem_mb"] is not None:
+            env["SLURM_MEM_PER_NODE"] = str(req["mem_mb"])
+        elif req["mem_per_cpu_mb"]:
+            env["SLURM_MEM_PER_CPU"] = str(req["mem_per_cpu_mb"])
+    return env
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def _umask() -> str:

@@ -88,6 +88,7 @@ class JobRequest:
     deadline: float | None = None
     rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
     umask: int | None = None  # the submitting shell's umask
+    nice: int = 0  # the submitting process's nice value (SLURM_PRIO_PROCESS)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -41,6 +41,11 @@ def _targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
     ).fetchall()
 
 
+def known_job(conn: sqlite3.Connection, ref: str) -> bool:
+    """A dependency's job (``7`` or ``7_3``) exists."""
+    return bool(_targets(conn, ref))
+
+
 def dependency_status(conn: sqlite3.Connection, job: dict[str, Any]) -> str:
     """'ok', 'wait' or 'never' for the job's dependency."""
     joiner, terms = parse_dependency(job["req"]["dependency"])

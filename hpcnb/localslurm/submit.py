@@ -85,9 +85,12 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
         raise SubmitError(why)
     if req.dependency:
         try:
-            scheduler.parse_dependency(req.dependency)
+            _, terms = scheduler.parse_dependency(req.dependency)
         except ValueError:
             raise SubmitError("Job dependency problem") from None
+        # 22.05 drops a dependency on a job it does not know; 24.11 refuses the job (captured)
+        if cluster.since("24.11") and any(not scheduler.known_job(conn, ref) for _, refs in terms for ref in refs):
+            raise SubmitError("Job dependency problem")
     return partition
 
 
@@ -184,3 +187,4 @@ def base_request_fields(req: JobRequest, environ: dict[str, str], cluster: Clust
     mask = os.umask(0)
     os.umask(mask)
     req.umask = mask
+    req.nice = os.getpriority(os.PRIO_PROCESS, 0)

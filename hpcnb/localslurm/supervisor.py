@@ -17,7 +17,7 @@ from typing import Any, Callable
 import hostlist
 
 from . import db, envvars, paths, procs
-from .cluster import Cluster, load_cluster
+from .cluster import Cluster, state_cluster
 
 MEM_POLL_S = 0.25
 SUPERVISOR_BUSY_MS = 30 * 60 * 1000
@@ -66,7 +66,7 @@ class Supervisor:
         job = db.get_job(self.conn, job_id)
         assert job is not None, job_id
         self.job = job
-        self.cluster: Cluster = load_cluster(db.get_meta(self.conn, "profile", "local") or "local")
+        self.cluster: Cluster = state_cluster(self.conn)
         self.mains: dict[int, int | None] = {}  # pid -> wait status, for the processes the job waits for
         self.err_fd: int | None = None
         self.node = job["alloc"][0]["node"]

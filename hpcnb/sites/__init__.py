@@ -43,11 +43,15 @@ __all__ = [
     "ProfileError", "StorageTier", "Partition", "NodeGroup", "GpuType", "Rule", "Profile",
     "list_profiles", "load_profile", "compare",
     "parse_time_limit", "parse_bytes", "parse_file_count", "expand_hostlist",
-    "SITES_DIR", "ENV_VAR",
+    "SITES_DIR", "ENV_VAR", "SLURM_VERSIONS", "SLURM_VERSION_ENV",
 ]
 
 SITES_DIR = Path(__file__).resolve().parent
 ENV_VAR = "HPCNB_PROFILE"
+#: The Slurm versions whose behaviour the local Slurm emulates (each proven against a real one).
+SLURM_VERSIONS = ("22.05", "24.11")
+#: Overrides a profile's ``slurm_version`` (read when the local Slurm's state is made).
+SLURM_VERSION_ENV = "HPCNB_SLURM_VERSION"
 HOME_KINDS = ("data", "venv", "cache")
 
 
@@ -169,6 +173,7 @@ class Profile:
     def_mem_per_cpu_mb: int = 500
     kill_wait_s: int = 2
     cluster_name: str = "hpcnb"
+    slurm_version: str = SLURM_VERSIONS[0]  # whose behaviour the local Slurm emulates for this site
     notes: tuple[str, ...] = ()
 
     def partition(self, name: str | None = None) -> Partition:
@@ -412,6 +417,13 @@ def _non_negative(ctx: _Ctx, where: str, value: int, what: str) -> int:
     return value
 
 
+def _slurm_version(ctx: _Ctx, value: str) -> str:
+    if value not in SLURM_VERSIONS:
+        raise ctx.error("slurm_version", f"the local Slurm emulates Slurm {' and '.join(SLURM_VERSIONS)}, "
+                        f"not {value!r}", f"use one of: {', '.join(repr(v) for v in SLURM_VERSIONS)}")
+    return value
+
+
 def _positive(ctx: _Ctx, where: str, value: int, what: str) -> int:
     if value <= 0:
         raise ctx.error(where, f"{what} must be positive, got {value}", "use a number above 0")
@@ -624,6 +636,7 @@ def _build_profile(ctx: _Ctx, data: dict[str, Any], stem: str) -> Profile:
                                      t.opt("def_mem_per_cpu_mb", int, 500), "def_mem_per_cpu_mb"),
         kill_wait_s=_non_negative(ctx, "kill_wait_s", t.opt("kill_wait_s", int, 2), "kill_wait_s"),
         cluster_name=_nonempty(ctx, "cluster_name", t.opt("cluster_name", str, "hpcnb")),
+        slurm_version=_slurm_version(ctx, t.opt("slurm_version", str, SLURM_VERSIONS[0])),
         notes=t.str_list("notes"),
     )
 

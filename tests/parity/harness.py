@@ -365,7 +365,17 @@ class Norm:
             else:
                 value = rule(self, value)
             out[key] = value
-        return out
+        return _job_times(out)
+
+
+def _job_times(env: dict[str, str]) -> dict[str, str]:
+    """SLURM_JOB_START_TIME/END_TIME (24.11): when the job started is timing; how long it may run is not."""
+    start, end = env.get("SLURM_JOB_START_TIME", ""), env.get("SLURM_JOB_END_TIME", "")
+    if start.isdigit():
+        env["SLURM_JOB_START_TIME"] = "<START>"
+        if end.isdigit():
+            env["SLURM_JOB_END_TIME"] = f"<START>+{int(end) - int(start)}"
+    return env
 
 
 def _path_var(norm: Norm, value: str) -> str:

@@ -5,6 +5,8 @@ import importlib
 import sqlite3
 import sys
 
+from hpcnb.sites import ProfileError
+
 from ..db import StateError, state_error
 
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
@@ -30,6 +32,9 @@ def run(name: str, argv: list[str]) -> int:
         _restart_controller_if_needed()
         return code
     except StateError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
+    except ProfileError as err:  # a bad HPCNB_PROFILE or HPCNB_SLURM_VERSION
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
     except sqlite3.Error as err:

@@ -1,13 +1,12 @@
 """Pieces shared by sbatch, srun and salloc: option parsing into a JobRequest, and submission."""
 from __future__ import annotations
 
-import os
 import sys
 
 from hpcnb.slurm_options import OptionError, parse_args
 
 from .. import db
-from ..cluster import Cluster, load_cluster
+from ..cluster import Cluster, state_cluster
 from ..request import JobRequest, SubmitError, UsageError, apply_option
 from . import error
 
@@ -51,14 +50,7 @@ def report(command: str, err: Exception) -> int:
 
 def open_cluster() -> tuple:
     conn = db.connect()
-    profile = db.get_meta(conn, "profile")
-    if profile is None:
-        profile = os.environ.get("HPCNB_PROFILE", "local")
-        with db.transaction(conn):
-            if db.get_meta(conn, "profile") is None:
-                db.set_meta(conn, "profile", profile)
-            profile = db.get_meta(conn, "profile")
-    cluster: Cluster = load_cluster(profile)
+    cluster: Cluster = state_cluster(conn)
     return conn, cluster
 
 

@@ -17,6 +17,12 @@ from .interactive import allocate, supervise
 USER_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGKILL)
 
 
+def _nodelist(job: dict) -> str:
+    import hostlist
+
+    return hostlist.collect_hostlist([p["node"] for p in job["alloc"]])
+
+
 def main(argv: list[str]) -> int:
     try:
         req, rest = build_request("salloc", argv)
@@ -28,6 +34,9 @@ def main(argv: list[str]) -> int:
     from .common import open_cluster
 
     _, cluster = open_cluster()
+    if cluster.since("24.11"):  # 24.11's salloc waits for the nodes to be ready, and says so
+        print(f"salloc: Nodes {_nodelist(job)} are ready for job",
+              file=sys.stderr, flush=True)
     env = {**job["req"]["env"], **envvars.job_vars(job, cluster)}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the command, as with Slurm
 

@@ -22,7 +22,11 @@ from .squeue import MIN_JOB_AGE_S
 
 
 class StepError(Exception):
-    pass
+    """srun cannot make the step: ``srun: error: ...`` (or ``srun: fatal: ...``), exit 1."""
+
+    def __init__(self, message: str, level: str = "error") -> None:
+        super().__init__(message)
+        self.level = level
 
 
 class NoAllocation(Exception):
@@ -52,6 +56,27 @@ def env_options(env: dict[str, str]) -> tuple[int | None, int | None]:
     job_id, kill = env.get("SLURM_JOB_ID"), env.get("SLURM_KILL_BAD_EXIT")
     return (None if job_id is None else parse_count(job_id, "--jobid"),
             None if kill is None else parse_count(kill, "--kill-on-bad-exit", positive=False))
+
+
+def inherit_cpus_per_task(req: JobRequest, env: dict[str, str], cluster: Cluster) -> None:
+    """-c from srun's environment where the command line gives none. Every version reads
+    SRUN_CPUS_PER_TASK; 24.11 (23.11+) reads the job's SLURM_CPUS_PER_TASK and SLURM_TRES_PER_TASK
+    too (22.05-23.02 do not: there a step gets 1 CPU per task). Raises StepError as srun's fatal."""
+    if req.cpus_per_task is not None:
+        return
+    found = {"SRUN_CPUS_PER_TASK": env.get("SRUN_CPUS_PER_TASK")}
+    if cluster.since("24.11"):
+        tres = env.get("SLURM_TRES_PER_TASK", "")
+        found["SLURM_CPUS_PER_TASK"] = env.get("SLURM_CPUS_PER_TASK")
+        found["SLURM_TRES_PER_TASK"] = tres.removeprefix("cpu=") if tres.startswith("cpu=") else None
+        cpt, per_tres = found["SLURM_CPUS_PER_TASK"], found["SLURM_TRES_PER_TASK"]
+        if cpt and per_tres and cpt != per_tres:
+            raise StepError(f"cpus-per-task set by two different environment variables SLURM_CPUS_PER_TASK={cpt} "
+                            f"!= SLURM_TRES_PER_TASK={tres}", "fatal")
+    for name in ("SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK"):
+        if found.get(name):
+            req.cpus_per_task = parse_count(found[name], "--cpus-per-task")
+            return
 
 
 def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dict]:
@@ -101,7 +126,10 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             (job["id"], str(step_id), os.path.basename(argv[0]), "RUNNING", time.time(), ntasks,
              sum(p["cpus"] for p in placed), nodelist, os.getpid()),
         )
-    step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task}
+    # 24.11: when -c alone set the task count, srun reports a block distribution
+    by_cpus = bool(req.cpus_per_task and not (req.ntasks or req.ntasks_per_node or inherited_ntasks))
+    step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task,
+            "block": by_cpus and cluster.since("24.11")}
     port = random.randint(30000, 60000)
     slow = {p["node"]: float(db.get_meta(conn, f"slow:{p['node']}", "1") or 1) for p in placed}
     pids: list[tuple[int, str, int]] = []
@@ -229,9 +257,11 @@ def main(argv: list[str]) -> int:
             return 1
         req.jobid = env_jobid if req.jobid is None else req.jobid
         req.kill_on_bad_exit = env_kill if req.kill_on_bad_exit is None else req.kill_on_bad_exit
+        conn, cluster = open_cluster()
+        inherit_cpus_per_task(req, dict(os.environ), cluster)
         if req.jobid is None:
             return run_with_allocation(req, rest)
-        conn, cluster = open_cluster()  # a step in a job that runs (the batch job, salloc's, --jobid's)
+        # a step in a job that runs (the batch job, salloc's, --jobid's)
         return run_in_allocation(conn, cluster, existing_allocation(conn, req.jobid), req, rest)
     except (OptionError, UsageError, SubmitError) as err:
         return report("srun", err)
@@ -240,7 +270,7 @@ def main(argv: list[str]) -> int:
               f"{err.job_id}", file=sys.stderr)
         return 1
     except StepError as err:
-        print(f"srun: error: {err}", file=sys.stderr)
+        print(f"srun: {err.level}: {err}", file=sys.stderr)
         return 1
 
 
