@@ -53,3 +53,34 @@ def sh():
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# -- the local Slurm behaving as each Slurm version ----------------------------------------------
+VERSIONS = ("22.05", "24.11")  # hpcnb.sites.SLURM_VERSIONS
+
+
+class Lane:
+    """A local Slurm behaving as one Slurm version, and that version's captures
+    (tests/fixtures/captures-VERSION; the command cases of 22.05 are in real-slurm-22.05)."""
+
+    def __init__(self, version: str, state: str) -> None:
+        self.version = version
+        self.captures = FIXTURES / f"captures-{version}"
+        self.commands = FIXTURES / ("real-slurm-22.05" if version == "22.05" else f"captures-{version}")
+        self.env = {**os.environ, "HPCNB_STATE_DIR": state}
+
+    def run(self, args: list[str], **kw) -> subprocess.CompletedProcess[str]:
+        return run(args, env={**self.env, **kw.pop("env", {})}, **kw)
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """22.05: the session's local Slurm; 24.11: one of its own, reset to behave as 24.11."""
+    if request.param == VERSIONS[0]:
+        yield Lane(request.param, os.environ["HPCNB_STATE_DIR"])
+        return
+    lane = Lane(request.param, str(tmp_path_factory.mktemp(f"slurm-state-{request.param}")))
+    done = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset", "--slurm-version", request.param])
+    assert done.returncode == 0, done.stderr
+    yield lane
+    lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], timeout=60)

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run
+from conftest import Lane, run
 
-VERSIONS = ("22.05", "24.11")
 SHELL_VARS = {"PWD", "SHLVL", "_", "HOME", "OLDPWD", "PATH", "HPCNB_STATE_DIR"}
 # Present locally on purpose: the local profile provides SLURM_TMPDIR (as Alliance Canada does);
 # the name-resolution shim appears only where node names don't resolve natively.
@@ -27,31 +24,6 @@ LOCAL_EXTRAS = {"SLURM_TMPDIR", "LD_PRELOAD", "NSS_WRAPPER_HOSTS"}
 
 def read_env(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-
-
-class Lane:
-    """A local Slurm behaving as one Slurm version, and that version's captures."""
-
-    def __init__(self, version: str, state: str) -> None:
-        self.version = version
-        self.captures = FIXTURES / f"captures-{version}"
-        self.env = {**os.environ, "HPCNB_STATE_DIR": state}
-
-    def run(self, args: list[str], **kw) -> subprocess.CompletedProcess[str]:
-        return run(args, env={**self.env, **kw.pop("env", {})}, **kw)
-
-
-@pytest.fixture(scope="module", params=VERSIONS)
-def lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """22.05: the session's local Slurm; 24.11: one of its own, reset to behave as 24.11."""
-    if request.param == VERSIONS[0]:
-        yield Lane(request.param, os.environ["HPCNB_STATE_DIR"])
-        return
-    lane = Lane(request.param, str(tmp_path_factory.mktemp(f"slurm-state-{request.param}")))
-    done = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset", "--slurm-version", request.param])
-    assert done.returncode == 0, done.stderr
-    yield lane
-    lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,11 @@ class Cluster:
     account_directive: str | None  # e.g. "--account=def-<PI>" or "--comment=<project>"
     slurm_version: str = "22.05"  # whose behaviour this cluster emulates (hpcnb.sites.SLURM_VERSIONS)
 
+    @property
+    def release(self) -> str:
+        """The release the emulated version was measured on (``Version=`` of scontrol, sinfo %v)."""
+        return RELEASES[self.slurm_version]
+
     def since(self, version: str) -> bool:
         """This cluster behaves as Slurm ``version`` or later (``cluster.since("23.11")``)."""
         return _version_key(self.slurm_version) >= _version_key(version)
@@ -61,6 +66,10 @@ def _seconds(text: str) -> int | None:
     from hpcnb.slurm_options import parse_slurm_time
 
     return parse_slurm_time(text)
+
+
+# the real release each emulated version was measured on (ci/real-slurm.sh's lanes)
+RELEASES = {"22.05": "22.05.8", "24.11": "24.11.5"}
 
 
 def _version_key(version: str) -> tuple[int, ...]:

@@ -137,9 +137,10 @@ def dependency_text(conn, job: dict[str, Any]) -> str:
     return ("?" if joiner == "any" else ",").join(parts) or "(null)"
 
 
-def tres_per_node(req: dict[str, Any]) -> str | None:
-    """squeue %b / scontrol TresPerNode: ``gres:gpu:N`` (None without GPUs)."""
+def tres_per_node(req: dict[str, Any], modern: bool = False) -> str | None:
+    """squeue %b / scontrol TresPerNode: ``gres:gpu:N`` (24.11, ``modern``: ``gres/gpu:N``; None
+    without GPUs)."""
     if not req.get("gpus_per_node"):
         return None
     kind = f"{req['gpu_type']}:" if req.get("gpu_type") else ""
-    return f"gres:gpu:{kind}{req['gpus_per_node']}"
+    return f"gres{'/' if modern else ':'}gpu:{kind}{req['gpus_per_node']}"

@@ -168,7 +168,7 @@ class Supervisor:
         self.max_rss = max_rss
         if verdict is not None:
             return verdict
-        return outcome_of(list(self.mains.values()))
+        return outcome_of(list(self.mains.values()), self.cluster.since("24.11"))
 
     def finish(self, outcome: Outcome) -> None:
         """Record the final state in one transaction, clean node-local scratch, wake the controller.
@@ -344,12 +344,15 @@ class Supervisor:
         return None
 
 
-def outcome_of(statuses: list[int | None]) -> Outcome:
-    """COMPLETED if every process exited 0; else FAILED with the highest exit code (or the signal)."""
+def outcome_of(statuses: list[int | None], signal_reason: bool = False) -> Outcome:
+    """COMPLETED if every process exited 0; else FAILED with the highest exit code (or the signal).
+    A job ended by a signal has reason JobLaunchFailure (22.05), or (``signal_reason``, 24.11) names
+    the signal: ``RaisedSignal:9(Killed)``."""
     codes = [os.WEXITSTATUS(s) for s in statuses if s is not None and os.WIFEXITED(s)]
     signals = [os.WTERMSIG(s) for s in statuses if s is not None and os.WIFSIGNALED(s)]
-    if signals and not any(codes):  # as Slurm 22.05: the step CANCELLED, the job FAILED (JobLaunchFailure)
-        return Outcome("FAILED", 0, signals[0], "CANCELLED", 0, signals[0], reason="JobLaunchFailure")
+    if signals and not any(codes):  # as Slurm: the step CANCELLED, the job FAILED
+        reason = f"RaisedSignal:{signals[0]}({signal.strsignal(signals[0])})" if signal_reason else "JobLaunchFailure"
+        return Outcome("FAILED", 0, signals[0], "CANCELLED", 0, signals[0], reason=reason)
     code = max(codes, default=0)
     state = "COMPLETED" if code == 0 else "FAILED"
     return Outcome(state, code, 0, state, code, 0)

@@ -30,7 +30,7 @@ def _waiting_for_dependency(job: dict) -> bool:
 
 
 def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None) -> list[str]:
-    """``scontrol show job`` for one job, line by line, as Slurm 22.05 prints it.
+    """``scontrol show job`` for one job, line by line, as Slurm 22.05 (or 24.11) prints it.
 
     ``task_ids`` shows a pending array's waiting tasks as one record (``ArrayTaskId=2-4%2``),
     as slurmctld keeps them until they start.
@@ -67,6 +67,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         if batch:  # a cancelled or timed-out job ends with its batch step's status (SIGTERM)
             exit_code = f"{batch['exit_code']}:{batch['exit_signal']}"
     tres = f"cpu={cpus},mem={mem}M,node={nodes},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
+    modern = cluster.since("24.11")
     min_mem = (f"MinMemoryNode={req['mem_mb']}M" if req["mem_mb"] is not None
                else f"MinMemoryCPU={req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M")
     lines = [
@@ -90,9 +91,11 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
     ]
     if alloc:
         lines.append(f"   BatchHost={alloc[0]['node']}")
+    num_nodes = f"{nodes}-{req.get('nodes_max') or nodes}" if modern and not alloc else str(nodes)
     lines += [
-        f"   NumNodes={nodes} NumCPUs={cpus} NumTasks={tasks} CPUs/Task={req['cpus_per_task'] or 1} ReqB:S:C:T=0:0:*:*",
-        f"   TRES={tres}",
+        f"   NumNodes={num_nodes} NumCPUs={cpus} NumTasks={tasks} CPUs/Task={req['cpus_per_task'] or 1} "
+        "ReqB:S:C:T=0:0:*:*",
+        *([f"   ReqTRES={tres}", f"   AllocTRES={tres if alloc else '(null)'}"] if modern else [f"   TRES={tres}"]),
         f"   Socks/Node=* NtasksPerN:B:S:C={req['ntasks_per_node'] or 0}:0:*:* CoreSpec=*",
         f"   MinCPUsNode={(req['cpus_per_task'] or 1) * (req['ntasks_per_node'] or 1)} {min_mem} MinTmpDiskNode=0",
         f"   Features={req.get('constraint') or '(null)'} DelayBoot=00:00:00",
@@ -112,10 +115,13 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         lines += [f"   StdErr={full(req['error']) if req['error'] else stdout}",
                   f"   StdIn={full(req['input']) if req.get('input') else '/dev/null'}",
                   f"   StdOut={stdout}"]
-    lines.append("   Power=")
-    per_node = formats.tres_per_node(req)
+    if not modern:
+        lines.append("   Power=")
+    per_node = formats.tres_per_node(req, modern)
     if per_node:
         lines.append(f"   TresPerNode={per_node}")
+    if modern and req["cpus_per_task"]:
+        lines.append(f"   TresPerTask=cpu={req['cpus_per_task']}")
     return lines
 
 
@@ -158,24 +164,25 @@ def show_node(name: str, cluster, conn) -> str:
 
     uname = os.uname()
     now = formats.stamp(db.now())
+    modern = cluster.since("24.11")
     return "\n".join([
         f"NodeName={name} Arch={platform.machine()} CoresPerSocket={node.cpus} ",
         f"   CPUAlloc={used_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus} CPULoad={os.getloadavg()[0]:.2f}",
         f"   AvailableFeatures={','.join(node.features) or '(null)'}",
         f"   ActiveFeatures={','.join(node.features) or '(null)'}",
         f"   Gres={gres}",
-        f"   NodeAddr=127.0.0.1 NodeHostName=localhost Port={17001 + index} Version=22.05.8",
+        f"   NodeAddr=127.0.0.1 NodeHostName=localhost Port={17001 + index} Version={cluster.release}",
         f"   OS={uname.sysname} {uname.release} {uname.version} ",
         f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={_free_mb()} Sockets=1 Boards=1",
         f"   State={_NODE_STATE[state]} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
         f"   Partitions={parts} ",
         f"   BootTime={formats.stamp(_boot_time())} SlurmdStartTime={now}",
-        f"   LastBusyTime={now}",
+        f"   LastBusyTime={now}" + (" ResumeAfterTime=None" if modern else ""),
         f"   CfgTRES={cfg_tres}",
         f"   AllocTRES={alloc_tres}",
-        "   CapWatts=n/a",
+        *([] if modern else ["   CapWatts=n/a"]),
         "   CurrentWatts=0 AveWatts=0",
-        "   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
+        "   " if modern else "   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]) + "\n"
 
 
@@ -210,12 +217,16 @@ def show_partition(part, cluster) -> str:
     mem = sum(cluster.nodes[n].memory_mb for n in part.nodes)
     gpus = sum(cluster.nodes[n].gpus for n in part.nodes)
     max_time = "UNLIMITED" if part.max_time is None else formats.elapsed(part.max_time)
+    modern = cluster.since("24.11")  # 24.11 adds ExclusiveTopo, MaxCPUsPerSocket and NodeSets
     return "\n".join([
         f"PartitionName={part.name}",
         "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
         f"   AllocNodes=ALL Default={'YES' if part.default else 'NO'} QoS=N/A",
-        "   DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
-        f"   MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
+        "   DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO " + ("ExclusiveTopo=NO " if modern else "")
+        + "GraceTime=0 Hidden=NO",
+        f"   MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED"
+        + (" MaxCPUsPerSocket=UNLIMITED" if modern else ""),
+        *(["   NodeSets=ALL"] if modern else []),
         f"   Nodes={hostlist.collect_hostlist(list(part.nodes))}",
         "   PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO",
         f"   OverTimeLimit=NONE PreemptMode={'REQUEUE' if part.preemptible else 'OFF'}",

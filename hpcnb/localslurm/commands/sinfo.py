@@ -17,13 +17,15 @@ from .common import getopt_parse, open_cluster
 
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
 LONG_FORMAT = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+LONG_FORMAT_2411 = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %.11i %N"  # 24.11 adds RESERVATION
 SUMMARY_FORMAT = "%9P %.5a %.10l %.16F %N"
 NODE_FORMAT = "%9N %.6D %.9P %6t"
 NODE_LONG_FORMAT = "%9N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
 HEADERS = {
     "a": "AVAIL", "A": "NODES(A/I)", "b": "ACTIVE_FEATURES", "B": "MAX_CPUS_PER_NODE", "c": "CPUS",
     "C": "CPUS(A/I/O/T)", "d": "TMP_DISK", "D": "NODES", "e": "FREE_MEM", "E": "REASON", "f": "AVAIL_FEATURES",
-    "F": "NODES(A/I/O/T)", "g": "GROUPS", "G": "GRES", "h": "OVERSUBSCRIBE", "H": "TIMESTAMP", "l": "TIMELIMIT",
+    "F": "NODES(A/I/O/T)", "g": "GROUPS", "G": "GRES", "h": "OVERSUBSCRIBE", "H": "TIMESTAMP", "i": "RESERVATION",
+    "l": "TIMELIMIT",
     "L": "DEFAULTTIME", "m": "MEMORY", "n": "HOSTNAMES", "N": "NODELIST", "o": "NODE_ADDR", "O": "CPU_LOAD",
     "p": "PRIO_TIER", "P": "PARTITION", "r": "ROOT", "R": "PARTITION", "s": "JOB_SIZE", "S": "ALLOCNODES",
     "t": "STATE", "T": "STATE", "w": "WEIGHT", "X": "SOCKETS", "Y": "CORES", "Z": "THREADS", "z": "S:C:T",
@@ -120,7 +122,8 @@ def fields(row: dict, cluster) -> dict:
         "S": lambda: "all",
         "t": lambda: row["state"],
         "T": lambda: LONG_STATES[row["state"]],
-        "v": lambda: "22.05.8",
+        "i": lambda: "",
+        "v": lambda: cluster.release,
         "V": lambda: "N/A",
         "w": lambda: "1",
         "X": lambda: "1",
@@ -227,7 +230,7 @@ def main(argv: list[str]) -> int:
         elif summary:
             fmt = SUMMARY_FORMAT
         else:
-            fmt = LONG_FORMAT if long else DEFAULT_FORMAT
+            fmt = (LONG_FORMAT_2411 if cluster.since("24.11") else LONG_FORMAT) if long else DEFAULT_FORMAT
     if fmt is not None:
         check_format(fmt)
     lines = []

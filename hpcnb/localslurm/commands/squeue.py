@@ -55,7 +55,7 @@ def fields(job: dict, cluster, now: float, conn=None) -> dict:
         "N": lambda: job["nodelist"] or "",
         "r": lambda: reason,
         "C": lambda: str(cpus),
-        "b": lambda: formats.tres_per_node(req) or "N/A",
+        "b": lambda: formats.tres_per_node(req, cluster.since("24.11")) or "N/A",
         "S": lambda: formats.stamp(job["start_time"], "N/A"),
         "e": lambda: formats.stamp(job["end_time"] or (job["start_time"] + job["time_limit"] if running and job["time_limit"] else None), "N/A"),
         "V": lambda: formats.stamp(job["submit_time"]),
@@ -128,8 +128,9 @@ def main(argv: list[str]) -> int:
             # "all" stands only alone, as in squeue 22.05
             bad = sorted(states - set(VALID_STATES.split(",")) - SHORT_STATES - ({"ALL"} if len(states) == 1 else set()))
             if bad:
+                valid = VALID_STATES.lower() if cluster.since("24.11") else VALID_STATES  # 24.11 lists them so
                 print(f"squeue: error: Invalid job state specified: {bad[0].lower()}\n"
-                      f"squeue: error: Valid job states include: {VALID_STATES}\n", file=sys.stderr)
+                      f"squeue: error: Valid job states include: {valid}\n", file=sys.stderr)
                 return 1
         elif opt in ("-o", "--format"):
             fmt = val

@@ -291,7 +291,7 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
         signal.signal(sig, forward)
-    killer = KillOnBadExit(job["id"], step, cluster.kill_wait_s, bool(req.kill_on_bad_exit))
+    killer = KillOnBadExit(job["id"], step, cluster, bool(req.kill_on_bad_exit))
     statuses = _wait_tasks(pids, threads, killer)
     if _force_terminated(statuses) and not terminated:
         print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
@@ -304,10 +304,12 @@ class KillOnBadExit:
     slurmstepd (if its node still runs tasks) prints its CANCELLED line and sends every task
     SIGCONT and SIGTERM, then SIGKILL after KillWait (req.c, _handle_signal_container)."""
 
-    def __init__(self, job_id: int, step: dict, kill_wait: int, enabled: bool) -> None:
+    def __init__(self, job_id: int, step: dict, cluster: Cluster, enabled: bool) -> None:
         self.step_id = f"{job_id}.{step['id']}"
+        # 22.05's srun logs it from the launch plugin, with its prefix; 24.11's plainly
+        self.says = "srun: " if cluster.since("24.11") else "srun: launch/slurm: _step_signal: "
         self.first_node = step["layout"][0]["node"]
-        self.kill_wait = kill_wait
+        self.kill_wait = cluster.kill_wait_s
         self.enabled = enabled
         self.fired = False
 
@@ -318,8 +320,7 @@ class KillOnBadExit:
         self.fired = True
         with _print_lock:
             # info() in the launch/slurm plugin: its log prefix names plugin and function
-            print(f"srun: launch/slurm: _step_signal: Terminating StepId={self.step_id}", file=sys.stderr,
-                  flush=True)
+            print(f"{self.says}Terminating StepId={self.step_id}", file=sys.stderr, flush=True)
             if self.first_node in busy_nodes:
                 print(f"slurmstepd-{self.first_node}: error: *** STEP {self.step_id} ON {self.first_node} "
                       f"CANCELLED AT {time.strftime('%Y-%m-%dT%H:%M:%S')} ***", file=sys.stderr, flush=True)
@@ -393,7 +394,7 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
         holder.update(step=step, pids=pids, threads=threads)
         for pid, _, _ in pids:
             sup.mains[pid] = None
-        killer = KillOnBadExit(job["id"], step, cluster.kill_wait_s, bool(step_req.kill_on_bad_exit))
+        killer = KillOnBadExit(job["id"], step, cluster, bool(step_req.kill_on_bad_exit))
         holder["watcher"] = threading.Thread(target=_watch_tasks, args=(sup, pids, threads, killer), daemon=True)
         holder["watcher"].start()
 
