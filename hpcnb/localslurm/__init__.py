@@ -1,4 +1,4 @@
-"""The embedded local Slurm: a faithful, single-machine stand-in for Slurm 22.05.
+"""The embedded local Slurm: a faithful, single-machine stand-in for Slurm 22.05 or 24.11 (the cluster's slurm_version).
 
 Layout (one concern per module):
   paths       state directory and file locations

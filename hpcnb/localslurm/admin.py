@@ -425,7 +425,8 @@ def run(verb: str, *, profile: str | None = None, slurm_version: str | None = No
                 print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
                 return 2
         reset(profile, slurm_version)
-        chosen = ", ".join(x for x in (profile and f"profile {profile}", slurm_version and f"Slurm {slurm_version}") if x)
+        chosen = ", ".join(x for x in (profile and f"profile {profile}",
+                                        slurm_version and f"Slurm {slurm_version}") if x)
         print("local Slurm reset" + (f" ({chosen})" if chosen else ""))
         return 0
     if verb == "recover":

@@ -75,6 +75,7 @@ class JobRequest:
     pty: bool = False
     overlap: bool = False
     jobid: int | None = None  # srun --jobid: a step in that running job
+    jobid_text: str | None = None  # --jobid as given (its parsing depends on the Slurm version)
     kill_on_bad_exit: int | None = None  # srun -K[N]: None = the site's KillOnBadExit (0)
     kill_command: int | None = None  # salloc -K[sig]: signal its command when the allocation is revoked (0: default)
     given: list[str] = field(default_factory=list)  # long names of options set explicitly
@@ -308,7 +309,7 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
     elif name == "signal":
         req.signal = parse_signal(value or "")
     elif name == "jobid":
-        req.jobid = parse_count(value or "", "--jobid")
+        req.jobid_text = value or ""
     elif name == "kill-on-bad-exit":
         req.kill_on_bad_exit = 1 if value is None else parse_count(value, "--kill-on-bad-exit", positive=False)
     elif name == "kill-command":

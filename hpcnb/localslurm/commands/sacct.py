@@ -43,6 +43,8 @@ WIDTHS = {
     "tresusageoutminnode": 19, "tresusageoutmintask": 19, "tresusageouttot": 15, "uid": 6, "user": 9,
     "usercpu": 10, "wckey": 10, "wckeyid": 10, "workdir": 20,
 }
+# fields sacct 24.11 adds to those (only the ones the local Slurm fills)
+WIDTHS_2411 = {"restarts": 8}
 STATE_CODES = {v: k for k, v in formats.STATE_CODES.items()}
 
 
@@ -136,7 +138,7 @@ def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]
         "cluster": cluster.name, "qos": "normal", "qosraw": "1", "comment": req["comment"] or "",
         "constraints": req.get("constraint") or "", "suspended": "00:00:00",
         "flags": "SchedMain,StartRecieved" if started else "",
-        "maxrss": "",
+        "maxrss": "", "restarts": str(job["restart_count"]),
     }
 
 
@@ -205,16 +207,17 @@ def main(argv: list[str]) -> int:
     if any(opt in ("-b", "--brief") for opt, _ in opts):
         chosen.append("JobID,State,ExitCode")  # after any -o fields
     fields = ",".join(chosen) or DEFAULT_FIELDS
+    widths = {**WIDTHS, **WIDTHS_2411} if cluster.since("24.11") else WIDTHS
     columns = []
     for item in fields.split(","):
         if not item.strip():
             continue
         name, _, width = item.partition("%")
         key = name.strip().lower()
-        if key not in WIDTHS:
+        if key not in widths:
             print(f'sacct: error: Invalid field requested: "{name}"', file=sys.stderr)
             return 1
-        columns.append((name.strip(), key, int(width) if width.lstrip("-").isdigit() else WIDTHS[key]))
+        columns.append((name.strip(), key, int(width) if width.lstrip("-").isdigit() else widths[key]))
     now = time.time()
     only_steps: dict[str, set[str]] = {}  # -j JOB.STEP: that job's row is replaced by those step rows
     if ids:

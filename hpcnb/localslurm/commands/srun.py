@@ -50,12 +50,20 @@ def existing_allocation(conn, job_id: int) -> dict:
     raise NoAllocation(job_id, f"Slurm job {job_id} has expired")
 
 
-def env_options(env: dict[str, str]) -> tuple[int | None, int | None]:
+def env_options(env: dict[str, str], cluster: Cluster) -> tuple[int | None, int | None]:
     """(--jobid, --kill-on-bad-exit) from SLURM_JOB_ID and SLURM_KILL_BAD_EXIT, checked as srun
     checks them: before the command line, which overrides them."""
     job_id, kill = env.get("SLURM_JOB_ID"), env.get("SLURM_KILL_BAD_EXIT")
-    return (None if job_id is None else parse_count(job_id, "--jobid"),
+    return (None if job_id is None else job_id_value(job_id, cluster),
             None if kill is None else parse_count(kill, "--kill-on-bad-exit", positive=False))
+
+
+def job_id_value(text: str, cluster: Cluster) -> int:
+    """A job id for --jobid/SLURM_JOB_ID: 22.05 refuses anything but a positive number; 24.11
+    takes what is not one as job 0, which then has no allocation (both measured)."""
+    if cluster.since("24.11"):
+        return int(text) if text.isdigit() else 0
+    return parse_count(text, "--jobid")
 
 
 def inherit_cpus_per_task(req: JobRequest, env: dict[str, str], cluster: Cluster) -> None:
@@ -250,14 +258,16 @@ def _describe(status: int) -> str:
 
 def main(argv: list[str]) -> int:
     try:
-        env_jobid, env_kill = env_options(dict(os.environ))
+        conn, cluster = open_cluster()
+        env_jobid, env_kill = env_options(dict(os.environ), cluster)
         req, rest = build_request("srun", argv)
+        if req.jobid_text is not None:
+            req.jobid = job_id_value(req.jobid_text, cluster)
         if not rest:
             print("srun: fatal: No command given to execute.", file=sys.stderr)
             return 1
         req.jobid = env_jobid if req.jobid is None else req.jobid
         req.kill_on_bad_exit = env_kill if req.kill_on_bad_exit is None else req.kill_on_bad_exit
-        conn, cluster = open_cluster()
         inherit_cpus_per_task(req, dict(os.environ), cluster)
         if req.jobid is None:
             return run_with_allocation(req, rest)
