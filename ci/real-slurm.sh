@@ -31,7 +31,7 @@
 #
 # Slurm 24.11 (Debian 13 "trixie", slurm-wlm 24.11.5) on this Debian 12 host:
 #   - The root is built once with `debootstrap --variant=minbase --include=<packages> trixie`
-#     from Debian's own archive (about 3 min, 700 MB) and kept in $HPCNB_SLURM_2411_ROOT with
+#     from Debian's own archive (3-4 min on 2 cores, 650 MB) and kept in $HPCNB_SLURM_2411_ROOT with
 #     the key of what it holds (suite, mirror, packages, recipe) in .hpcnb-rootfs-key: a later
 #     `up` reuses it, a changed recipe rebuilds it (only while nothing is mounted in it).
 #   - `up` bind-mounts /proc, /sys, /dev (+ pts, shm), /tmp, /root and this project into it at
@@ -42,15 +42,20 @@
 #   - Its own munged (its munge user has another uid than the host's), its own MariaDB 11.8
 #     (socket only, in the chroot's /run) and its own ports, so the two clusters never talk.
 #   - Its commands: `up` writes one wrapper per client command (sbatch, srun, squeue, sacct, ...)
-#     into /run/hpcnb-real-slurm-24.11/bin: `chroot ROOT env -C "$PWD" -a CMD /usr/bin/CMD "$@"` (environment
-#     kept; no `cd` in a shell, which would add OLDPWD to every job's environment). Put that folder first in PATH (root only: chroot needs it).
+#     into /run/hpcnb-real-slurm-24.11/bin: `chroot ROOT env -C "$PWD" -a CMD /usr/bin/CMD "$@"`
+#     (environment kept; no `cd` in a shell, which would add OLDPWD to every job's environment;
+#     argv[0] as typed, as getopt's messages show it). Put that folder first in PATH (root only).
 #   - Pitfalls met: minbase has no /etc/hosts (getaddrinfo fails everywhere, munged sets a null
 #     origin); a gres.conf `File=/dev/null Count=2` is fatal in 24.11 (one file per GPU here);
-#     the chroot needs libffi8 for the venv's Python (ctypes). slurmdbd 24.11.5 stops at start-up
-#     with `mysql_query failed: 5027 Number of columns in result (=1) set execeeds maxmimum ...`
-#     / `fatal: _check_mysql_concat_is_sane: null result` with trixie's libmariadb3 up to
-#     1:11.8.8-0+deb13u1: a client library regression (MariaDB CONC-821, Debian #1139473), fixed
-#     in 1:11.8.9+ds-0+deb13u1 (`up` names the version when slurmdbd fails).
+#     the chroot needs libffi8 for the venv's Python (ctypes).
+#   - Accounting: slurmdbd 24.11.5 with the chroot's own MariaDB works with trixie's current
+#     mariadb/libmariadb3 1:11.8.9+ds-0+deb13u1 (checked 2026-11-25). An earlier probe of trixie
+#     stopped at start-up with `mysql_query failed: 5027 Number of columns in result (=1) set
+#     execeeds maxmimum ...` / `fatal: _check_mysql_concat_is_sane: null result`: a client-side
+#     error of MariaDB Connector/C; 11.8.9's changelog backports a Connector/C fix (CONC-821,
+#     Debian #1139473), most likely that one. If it comes back (an older mirror snapshot), the
+#     slurmdbd timeout names the libmariadb3 version in use; the host's MariaDB 10.11 over a TCP
+#     port is the fallback to try.
 #
 # Environment: HPCNB_REAL_SLURM_TIMEOUT (seconds per readiness wait, default 60),
 # HPCNB_SLURM_2411_ROOT, HPCNB_REAL_SLURM_BINDS, HPCNB_DEBIAN_MIRROR (24.11's build).
@@ -489,7 +494,7 @@ start_mariadb() {
 dbd_hint() {
   local lib
   lib=$("${IN[@]}" dpkg-query -W -f='${Version}' libmariadb3 2>/dev/null || echo unknown)
-  echo "slurmdbd did not answer (libmariadb3 $lib; Debian 13's 1:11.8.8 and earlier fail with error 5027, see the header of $0)"
+  echo "slurmdbd did not answer (libmariadb3 $lib; 1:11.8.9+ds-0+deb13u1 works, see the header of $0)"
 }
 
 start_slurmdbd() {
