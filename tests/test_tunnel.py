@@ -388,13 +388,32 @@ LogLevel VERBOSE
             proc.wait()
 
 
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """An HTTP server with ``handler`` on 127.0.0.1 (a port of its own), for the ``with`` block: its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 @pytest.fixture()
 def jupyter_standin() -> Iterator[tuple[int, str]]:
     """An HTTP server on 127.0.0.1 serving a random marker: (port, marker)."""
     marker = f"hpcnb-marker-{secrets.token_hex(16)}"
     body = f"<html><body>{marker}</body></html>".encode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(_QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -402,18 +421,8 @@ def jupyter_standin() -> Iterator[tuple[int, str]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], marker
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with _serving(Handler) as port:
+        yield port, marker
 
 
 def _test_plan(server: SshServer, remote_port: int, **kw: object) -> TunnelPlan:
@@ -503,25 +512,15 @@ def squatter() -> Iterator[tuple[int, list[str]]]:
     """Another process holding a port on the node: (its port, the Authorization headers sent to it)."""
     knocks: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(_QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             knocks.append(self.headers.get("Authorization", ""))
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], knocks
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with _serving(Handler) as port:
+        yield port, knocks
 
 
 @contextmanager
@@ -543,6 +542,7 @@ def _job(script: str, home: Path, job_id: str) -> Iterator[tuple[subprocess.Pope
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group of ``proc`` (started with a session of its own), SIGKILL after 30 s."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -663,13 +663,7 @@ def _tunnel(argv: Sequence[str], local_port: int, timeout: float = 20) -> Iterat
                 time.sleep(0.05)
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # ssh and its ProxyCommand child
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop(proc)  # ssh and its ProxyCommand child
         if proc.stderr:
             proc.stderr.close()
 
