@@ -280,10 +280,12 @@ def wait_for_server_file(folder: str | os.PathLike[str], *, timeout: float = 120
 def jupyter_argv(ip: str = "127.0.0.1") -> list[str]:
     """Start JupyterLab on the node on a port it picks; the token comes from ``$JUPYTER_TOKEN``, never argv.
 
-    With ``--port=0`` Jupyter asks the kernel for a free port, closes that probe and listens
-    on the port a moment later; ``--ServerApp.port_retries=0`` makes it exit rather than try
-    other ports if the port was taken in that moment. Pass ``ip=node`` only for the classic
-    tunnel; wildcard binds are refused.
+    With ``--port=0`` Jupyter asks the kernel for a free port, closes that probe, writes its
+    server file and starts listening on the port a moment later. Should another process take
+    the port in that moment, Jupyter cannot listen and stops, and its server file may stay
+    behind: trust a server file only while its job runs. ``--ServerApp.port_retries=0``: one
+    try, no fallback to other ports. Pass ``ip=node`` only for the classic tunnel; wildcard
+    binds are refused.
     """
     if ip.strip() in _WILDCARD_BINDS:
         raise ValueError(
