@@ -450,9 +450,16 @@ def _tasks_of(job_id: str, rows: Iterable[QueueRow]) -> dict[str, QueueRow]:
     return dict(sorted(out.items(), key=lambda kv: _task_key(kv[0])))
 
 
+def _me() -> str:
+    """The user Slurm knows this process as (its uid's name; ``$USER`` may say otherwise)."""
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
 def _listed(user: str) -> list[QueueRow]:
     """``user``'s jobs in the queue ("": everyone's)."""
-    argv = ["squeue", "-h", "-o", QUEUE_FORMAT, *(["-u", user] if user else [])]
+    argv = ["squeue", "-h", "-o", QUEUE_FORMAT, *([] if not user else ["--me"] if user == _me() else ["-u", user])]
     return [row for line in _checked(argv).splitlines() if (row := QueueRow.parse(line))]
 
 
@@ -461,11 +468,9 @@ def _ask_slurm(keys: frozenset[poller.Key]) -> dict[poller.Key, Any]:
     squeue asks slurmctld for one user's jobs alone), one sacct call for the jobs asked about
     that it does not list (ended, or someone else's). ``("job", id)`` -> :class:`JobSnapshot` (or
     :class:`JobNotFound`); ``("queue", user)`` -> that user's :class:`QueueRow` list ("": everyone)."""
-    import getpass
-
     ids = sorted(key for kind, key in keys if kind == "job")
     users = {key for kind, key in keys if kind == "queue"}
-    scope = "" if "" in users else getpass.getuser()
+    scope = "" if "" in users else _me()
     listed = _listed(scope) if ids or scope in users else []
     answers: dict[poller.Key, Any] = {("queue", scope): listed} if scope in users else {}
     for user in users - {scope}:  # another user's queue: its own call, so that its errors stay its own

@@ -4,8 +4,8 @@ Whatever follows Slurm jobs asks a :class:`Watcher` instead of Slurm. One poll a
 is watched at once (the job API's ``ask``: one ``squeue`` call, and one ``sacct`` call for the jobs
 that have left the queue) and caches the answers, which every reader and follower then shares.
 
-- Pacing (:func:`pacing`): on a real Slurm polls are at least 2 s apart: 2 s after a change, then
-  1.5 times longer each time nothing changed, up to 10 s. On the embedded local Slurm (the lessons'
+- Pacing (:func:`pacing`): on a real Slurm polls are at least 2 s apart (from one's end to the
+  next one's start): 2 s after a change, then 1.5 times longer each time nothing changed, up to 10 s. On the embedded local Slurm (the lessons'
   jobs take seconds) from 0.05 s up to 1 s, with no minimum gap.
 - A daemon thread polls while something is followed (:meth:`Watcher.follow`) and ends itself when
   nothing is; it starts on first use, never at import. A forked child starts afresh: it inherits
@@ -118,7 +118,7 @@ class Watcher:
         self._answers: dict[Key, Answer] = {}
         self._prints: dict[Key, Hashable] = {}  # what counts as a change, per key
         self._seq = 0
-        self._last = float("-inf")  # when the last poll started
+        self._last = float("-inf")  # when the last poll ended (a slow Slurm slows the poller down)
         self._interval: float | None = None  # None: poll soon, back-off starts again
         self._pace: Pacing | None = None
         self._thread: threading.Thread | None = None
@@ -147,9 +147,7 @@ class Watcher:
                 answer = self._answers.get(key)
             if answer is None or answer.taken < asked - limit:
                 self.register(key)
-                self._poll({key})
-                with self._state:
-                    answer = self._answers[key]
+                answer = self._poll({key})[key]
         self._wake.set()  # followers of the same keys get this poll too
         return answer.get()
 
@@ -215,32 +213,33 @@ class Watcher:
         self._wake.set()
 
     # -- polling ----------------------------------------------------------------------------------
-    def _poll(self, extra: set[Key] | frozenset[Key] = frozenset()) -> None:
-        """One poll of every followed key and ``extra``; the caller holds ``self._polling``."""
+    def _poll(self, extra: set[Key] | frozenset[Key] = frozenset()) -> dict[Key, Answer]:
+        """One poll of every followed, registered and ``extra`` key; the caller holds ``self._polling``."""
         pace = self._pace = self._pacing_of()
         with self._state:
             keys = frozenset({sub.key for sub in self._subs} | self._known | set(extra))
             pause = self._last + pace.gap - time.monotonic()
         if not keys:
-            return
+            return {}
         if pause > 0:
             time.sleep(pause)
         start = time.monotonic()
-        with self._state:
-            self._last = start
         try:
             replies = self._ask(keys)
         except Exception as err:  # noqa: BLE001 - handed to every reader and follower, never lost
             replies = dict.fromkeys(keys, err)
+        finally:
+            with self._state:
+                self._last = time.monotonic()
         with self._state:
             self._seq += 1
             self.polls += 1
-            changed = False
+            changed, answers = False, {}
             followed = {sub.key for sub in self._subs}
             for key in keys:
                 reply = replies.get(key, LookupError(f"the poll gave no answer for {key}"))
-                answer = (Answer(self._seq, start, error=reply) if isinstance(reply, Exception)
-                          else Answer(self._seq, start, value=reply))
+                answer = answers[key] = (Answer(self._seq, start, error=reply) if isinstance(reply, Exception)
+                                         else Answer(self._seq, start, value=reply))
                 self._answers[key] = answer
                 mark = f"error: {reply}" if answer.error else self._fingerprint(reply)
                 changed |= key in followed and self._prints.get(key) != mark
@@ -249,6 +248,7 @@ class Watcher:
                     self._known.discard(key)
             self._interval = pace.next_interval(self._interval, changed)
             self._state.notify_all()
+        return answers
 
     def _delay(self) -> float:
         """Seconds until the next poll is due (under ``self._state``)."""
