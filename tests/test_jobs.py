@@ -230,8 +230,11 @@ def test_time_limit_overrun_is_timeout(workdir: Path) -> None:
 
 def test_wait_timeout_leaves_the_job_running(workdir: Path) -> None:
     job = submit(wrap="sleep 30")
-    with pytest.raises(TimeoutError, match=f"job {job.id} is still .* job.cancel"):
+    with pytest.raises(TimeoutError, match=rf"job {job.id} is still .* after 0.3 s \(seen: .*\).* job.cancel"):
         job.wait(timeout=0.3, quiet=True)
+    _wait_until(lambda: job.state == "RUNNING")
+    with pytest.raises(TimeoutError, match=rf"job {job.id} is still RUNNING after 3 s \(seen: RUNNING\)"):
+        job.wait(timeout=3, quiet=True)  # (its first poll may take a second on a loaded machine)
     assert job.state in ("PENDING", "RUNNING")
     job.cancel()
 
