@@ -14,9 +14,12 @@ from hpcnb.jobs import (
     Job,
     JobFailed,
     JobNotFound,
+    JobSnapshot,
+    QueueRow,
     SubmitError,
     _expand_ids,
     _summarize,
+    _tasks_of,
     parse_elapsed,
     parse_size,
     queue,
@@ -69,6 +72,22 @@ def test_array_id_ranges_and_summary() -> None:
     assert _summarize(["COMPLETED", "TIMEOUT", "FAILED"]) == "TIMEOUT"
     assert _summarize(["COMPLETED"] * 3) == "COMPLETED"
     assert {"BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "PREEMPTED"} <= FINISHED_STATES
+
+
+def test_one_snapshot_from_squeue_and_sacct_lines() -> None:
+    """What one poll reads: a running task from squeue, the rest of the array from sacct (22.05
+    gives the tasks that never started one record, the array's own), a name with a '|'."""
+    queued = [QueueRow.parse("7_1|8|debug|me|RUNNING|0:05|1:00|1|node1|None|a|b")]
+    accounted = [QueueRow.parse(line, accounted=True) for line in (
+        "7_2|9|debug|me|COMPLETED|00:00:03|00:01:00|1|node2|None|0:0|a|b",
+        "7_[3-4%1]|7|debug|me|CANCELLED by 0|00:00:00|00:01:00|1|None assigned|None|0:0|a|b")]
+    assert queued[0].raw_id == "8" and queued[0].name == "a|b" and accounted[1].state == "CANCELLED"
+    snap = JobSnapshot.from_tasks("7", {**_tasks_of("7", accounted), **_tasks_of("7", queued)})
+    assert snap.states == {"7_2": "COMPLETED", "7_3": "CANCELLED", "7_4": "CANCELLED", "7_1": "RUNNING"}
+    assert (snap.state, snap.is_array, snap.done, snap.elapsed, snap.time_limit) == ("RUNNING", True, False, 5, 60)
+    assert (snap.nodes, snap.reason, snap.exit_code, snap.name) == ("node2,node1", "", "0:0", "a|b")
+    assert list(_tasks_of("8", queued)) == ["7_1"]  # a task by its own job id
+    assert _tasks_of("17", queued) == {} and QueueRow.parse("not a row") is None
 
 
 def test_bad_calls_fail_before_slurm() -> None:
