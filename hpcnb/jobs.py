@@ -731,7 +731,8 @@ class Job:
             states = [_base_state(state) for _, state, _ in rows]
             if states and all(s in FINISHED_STATES for s in states):
                 expected = self._records_known_to_scontrol() if expected is None else expected
-                missing = _missing_rows(expected, {job_id: nodes for job_id, _, nodes in rows})
+                missing = _missing_rows(expected, {task: nodes for job_id, _, nodes in rows
+                                                   for task in _expand_ids(job_id)})
                 if not missing:
                     return states[0] if len(set(states)) == 1 else ",".join(states)
                 seen = f"{', '.join(states)}; not yet: {', '.join(missing)}"
@@ -749,9 +750,10 @@ class Job:
         for line in res.stdout.splitlines() if res.returncode == 0 else []:
             fields = dict(re.findall(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|NodeList)=(\S*)", line))
             if "JobId" in fields:
-                task = fields.get("ArrayTaskId")
-                key = f"{fields['ArrayJobId']}_{task}" if task else fields["JobId"]
-                records[key] = "" if fields.get("NodeList", "") in ("", "(null)") else fields["NodeList"]
+                task = fields.get("ArrayTaskId", "")
+                nodes = "" if fields.get("NodeList", "") in ("", "(null)") else fields["NodeList"]
+                key = f"{fields['ArrayJobId']}_[{task}]" if task else fields["JobId"]  # unstarted: 2-3%1
+                records.update(dict.fromkeys(_expand_ids(key), nodes))
         return records
 
     def _job_rows(self) -> list[AccountingRow]:

@@ -159,6 +159,18 @@ def test_wait_accounted_waits_for_every_array_task_and_node(monkeypatch: pytest.
     assert calls == ["sacct", "scontrol", "sacct", "sacct"]
 
 
+def test_wait_accounted_ends_for_an_array_cancelled_with_unstarted_tasks(workdir: Path) -> None:
+    """scontrol says ``ArrayTaskId=2-3%1`` for the unstarted tasks, sacct ``N_[2-3%1]``: one record."""
+    job = submit(wrap="sleep 60", array="1-3%1", cwd=workdir)
+    try:
+        deadline = time.monotonic() + WAIT
+        while "RUNNING" not in job.states.values() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        job.cancel()
+    assert job.wait_accounted(timeout=30) == "CANCELLED"
+
+
 def test_wait_accounted_names_the_rows_it_still_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
     import hpcnb.jobs as jobs
 
