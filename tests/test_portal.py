@@ -4,9 +4,10 @@ The hub (JupyterHub + batchspawner's SlurmSpawner + configurable-http-proxy) run
 student ``hpcnb-student`` logs in on its login page, and their notebook server starts as a Slurm
 job submitted as them. In that server the test opens lesson 1 (outputs cleared), runs it to the
 end, saves it, checks that every cell ran without an error inside the server's own job (hpcnb says
-so and starts the lesson's jobs without that job's variables), then stops the server from the hub's
-home page and checks that its job is gone. Stopping the hub at the end stops the proxy and any
-job left; the student's jobs are cancelled whatever happened.
+so and starts the lesson's jobs without that job's variables: its ``srun`` is no step of the
+server's job), then stops the server from the hub's home page and checks that its job is gone.
+Stopping the hub at the end stops the proxy and any job left; the student's jobs are cancelled
+whatever happened.
 
 Run by ``make test-portal`` only (long; as root, after ``ci/portal.sh install`` for
 ``hpcnb-student``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
@@ -163,12 +164,14 @@ def portal(tmp_path: Path):
         hub.start()
         yield hub
     finally:
-        hub.stop()
-        left = hub.proxy_pid()
-        if left:
-            os.kill(left, signal.SIGKILL)
-        jobs = student_jobs()
-        cancel_student_jobs()
+        try:
+            hub.stop()
+        finally:
+            left = hub.proxy_pid()
+            if left:
+                os.kill(left, signal.SIGKILL)
+            jobs = student_jobs()
+            cancel_student_jobs()
         assert left is None, f"the hub left its proxy (pid {left}) running"
         assert "spawner-jupyterhub" not in jobs, f"the hub left the server's job:\n{jobs}"
 
@@ -184,16 +187,17 @@ CELL_STATE_JS = """() => {
 }"""
 
 
-def wait_until(what: str, check, timeout: float, hub: Portal, poll: float = 1.0):
-    """Poll ``check()`` until it returns a truthy value; fail after ``timeout`` s with the last
-    value it returned and the portal's diagnosis."""
-    deadline, seen = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        seen = check()
-        if seen:
+def wait_until(what: str, probe, timeout: float, hub: Portal, ready=bool, poll: float = 1.0):
+    """Poll ``probe()`` until ``ready`` says yes to what it returned, and return that; fail after
+    ``timeout`` s with the last thing it returned and the portal's diagnosis."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = probe()
+        if ready(seen):
             return seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f} s (last seen: {seen!r})\n{hub.diagnosis()}")
         time.sleep(poll)
-    pytest.fail(f"{what}: not within {timeout:.0f} s (last seen: {seen!r})\n{hub.diagnosis()}")
 
 
 def server_job() -> str | None:
@@ -203,6 +207,12 @@ def server_job() -> str | None:
         if name == "spawner-jupyterhub" and state == "RUNNING":
             return job_id
     return None
+
+
+def job_steps(job_id: str) -> list[str]:
+    """The steps of a job in sacct (``batch``, ``0``, ...)."""
+    res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID")
+    return [line.split(".", 1)[1] for line in res.stdout.split() if "." in line]
 
 
 @pytest.mark.timeout(HUB_UP_S + SPAWN_S + LESSON_S + 420)
@@ -239,25 +249,27 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
                 1, timeout=120_000)
             run_all_cells(page, notebook)
 
-            def lesson_done():
+            def lesson_state():
                 state = page.evaluate(CELL_STATE_JS)
                 if state and state["errors"]:
                     page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"), full_page=True)
                     pytest.fail(f"a cell of {LESSON} failed in the spawned server:\n{state['errors'][0]}\n"
                                 f"{portal.diagnosis()}")
-                return state if state and state["cells"] and state["ran"] == state["cells"] else False
+                return state
 
-            wait_until(f"every cell of {LESSON} ran", lesson_done, LESSON_S, portal, poll=2)
+            wait_until(f"every cell of {LESSON} ran", lesson_state, LESSON_S, portal,
+                       ready=lambda state: bool(state and state["cells"] and state["ran"] == state["cells"]), poll=2)
             times["lesson run"] = time.monotonic() - t1
             page.keyboard.press("Control+s")
             saved = _home() / "hpcnb-course" / LESSON
 
-            def saved_run():
-                cells = [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
-                return cells if all(c.execution_count for c in cells) else False
+            def saved_cells():
+                return [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
 
-            cells = wait_until("the run lesson is saved", saved_run, 30, portal)
+            cells = wait_until("the run lesson is saved", saved_cells, 30, portal,
+                               ready=lambda cells: all(c.execution_count for c in cells))
             page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))
+            steps = job_steps(job)  # the lesson's srun asked for jobs of its own
 
             t2 = time.monotonic()
             page.goto(f"{portal.url}/hub/home")
@@ -274,6 +286,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
     assert f"talks to the {VARIANT} Slurm" in first
     srun = next(c for c in cells if c.source.startswith("!srun"))
     assert re.search(r"^node\d\s*$", "".join(o.get("text", "") for o in srun.outputs), re.MULTILINE), srun.outputs
+    assert set(steps) <= {"batch", "extern", "0"}, f"the lesson ran steps in the server's job {job}: {steps}"
     errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     print(f"portal on the {VARIANT} Slurm: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
