@@ -25,8 +25,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=ci/course-install.sh
 source "$HERE/ci/course-install.sh"
-PREFIX=${PORTAL_PREFIX:-/opt/hpcnb-portal}
-STATE=${PORTAL_STATE:-$HERE/.portal/state}
+PREFIX=$(realpath -m "${PORTAL_PREFIX:-/opt/hpcnb-portal}")
+STATE=$(realpath -m "${PORTAL_STATE:-$HERE/.portal/state}")
 PORT=${PORTAL_PORT:-8000}
 SLURM=${PORTAL_SLURM:-local}
 COURSE_DIR=hpcnb-course
@@ -114,7 +114,8 @@ cmd_run() {
         local) path=$SLURM_BIN:/usr/local/bin:/usr/bin:/bin ;;
         real)
             path=/usr/local/bin:/usr/bin:/bin
-            PATH=$path scontrol ping 2>/dev/null | grep -q 'is UP' || die "PORTAL_SLURM=real: no real Slurm answers (scontrol ping)"
+            PATH=$path scontrol ping 2>/dev/null | grep -q 'is UP' ||
+                die "PORTAL_SLURM=real: no real Slurm answers (scontrol ping)"
             ;;
         *) die "PORTAL_SLURM=$SLURM: use local or real" ;;
     esac
@@ -134,7 +135,8 @@ cmd_run() {
         "$HERE/.venv/bin/jupyterhub" -f "$HERE/ci/portal/jupyterhub_config.py"
 }
 
-[[ $(id -u) -eq 0 ]] || die "run me as root: I make Unix users, and the hub submits each one's server job as that user (runuser)"
+[[ $(id -u) -eq 0 ]] ||
+    die "run me as root: I make Unix users, and the hub submits each one's server job as that user (runuser)"
 case ${1:-} in
     install) cmd_install ;;
     run) cmd_run ;;
