@@ -67,7 +67,6 @@ install_course() {
     course_setup "$COURSE" root
     # users cannot write here: compile hpcnb once, so that every local Slurm command starts fast
     "$COURSE/.venv/bin/python" -m compileall -q "$COURSE/hpcnb" >/dev/null
-    rm -rf "$SLURM_BIN"
     (cd / && HPCNB_BIN_DIR=$SLURM_BIN "$COURSE/.venv/bin/hpcnb" slurm-path >/dev/null)
     chmod -R a+rX "$PREFIX"
 }
