@@ -13,9 +13,11 @@ Run by ``make test-portal`` only (long; as root, after ``ci/portal.sh install`` 
 ``hpcnb-student``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
 ``HPCNB_PORTAL_TEST=real`` the real Slurm 22.05 of ``ci/real-slurm.sh`` (hold
 /tmp/real-slurm.lock). Chromium is Debian's /usr/bin/chromium (never ``playwright install``).
+Screenshots and the hub's and the server's logs land in test-artifacts/portal-*.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -129,15 +131,26 @@ class Portal:
         except (OSError, ValueError):
             return None
 
+    def job_log(self) -> Path | None:
+        """The newest server job's output (the single-user server's log)."""
+        logs = sorted(_home().glob("jupyterhub_slurmspawner_*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+    def keep_logs(self) -> None:
+        """The hub's and the server's logs into test-artifacts/."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        for name, path in (("hub", self.log_path), ("server", self.job_log())):
+            if path and path.exists():
+                shutil.copyfile(path, ARTIFACTS / f"portal-{VARIANT}-{name}.log")
+
     def diagnosis(self) -> str:
         """The end of the hub's log, the student's jobs, and the end of the newest job log."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no hub log)"
         parts = ["--- hub log (last 40 lines) ---", *text.splitlines()[-40:],
                  f"--- squeue -u {USER} ---", student_jobs() or "(no jobs)"]
-        job_logs = sorted(_home().glob("jupyterhub_slurmspawner_*.log"), key=lambda p: p.stat().st_mtime)
-        if job_logs:
-            parts += [f"--- {job_logs[-1]} (last 20 lines) ---",
-                      *job_logs[-1].read_text(errors="replace").splitlines()[-20:]]
+        job_log = self.job_log()
+        if job_log:
+            parts += [f"--- {job_log} (last 20 lines) ---", *job_log.read_text(errors="replace").splitlines()[-20:]]
         return "\n".join(parts)
 
 
@@ -152,6 +165,8 @@ def portal(tmp_path: Path):
     cancel_student_jobs()  # a clean start, whatever an earlier run left
     for old in _home().glob("jupyterhub_slurmspawner_*.log"):
         old.unlink()
+    # a first visit: no JupyterLab workspace that reopens the lesson (and starts its kernel) on login
+    shutil.rmtree(_home() / ".jupyter" / "lab" / "workspaces", ignore_errors=True)
     lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
     for cell in lesson.cells:  # a fresh lesson: no outputs yet
         if cell.cell_type == "code":
@@ -172,6 +187,7 @@ def portal(tmp_path: Path):
                 os.kill(left, signal.SIGKILL)
             jobs = student_jobs()
             cancel_student_jobs()
+            hub.keep_logs()
         assert left is None, f"the hub left its proxy (pid {left}) running"
         assert "spawner-jupyterhub" not in jobs, f"the hub left the server's job:\n{jobs}"
 
@@ -223,8 +239,8 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
     times: dict[str, float] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.set_default_timeout(60_000)
             expect.set_options(timeout=60_000)
             t0 = time.monotonic()
@@ -233,12 +249,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
             page.fill("#password_input", portal.password)
             page.click("#login_submit")
             # the hub submits the server job and sends the browser on to JupyterLab once it answers
-            try:
-                page.wait_for_url(re.compile(rf"/user/{USER}/lab"), timeout=SPAWN_S * 1000)
-            except Exception as err:  # noqa: BLE001 - any failure here: show what the portal did
-                page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-spawn.png"))
-                pytest.fail(f"login + spawn did not reach JupyterLab ({type(err).__name__}); page {page.url}\n"
-                            f"{portal.diagnosis()}")
+            page.wait_for_url(re.compile(rf"/user/{USER}/lab"), timeout=SPAWN_S * 1000)
             times["login to JupyterLab"] = time.monotonic() - t0
             job = wait_until("the server's Slurm job runs", server_job, 30, portal)
 
@@ -252,7 +263,6 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
             def lesson_state():
                 state = page.evaluate(CELL_STATE_JS)
                 if state and state["errors"]:
-                    page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"), full_page=True)
                     pytest.fail(f"a cell of {LESSON} failed in the spawned server:\n{state['errors'][0]}\n"
                                 f"{portal.diagnosis()}")
                 return state
@@ -272,7 +282,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
 
             cells = wait_until("the run lesson is saved", saved_cells, 30, portal,
                                ready=lambda cells: all(c.execution_count for c in cells))
-            page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))
+            page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))  # the run lesson
             steps = job_steps(job)  # the lesson's srun asked for jobs of its own
 
             t2 = time.monotonic()
@@ -282,7 +292,11 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
                        portal)
             expect(page.locator("#start")).to_contain_text("Start My Server")
             times["stop"] = time.monotonic() - t2
+        except Exception as err:  # a browser step failed (Playwright's errors, expect's AssertionError)
+            pytest.fail(f"in the browser, at {page.url}: {type(err).__name__}: {err}\n{portal.diagnosis()}")
         finally:
+            with contextlib.suppress(Exception):  # the page as the test left it, if it still can be shown
+                page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}.png"), full_page=True, timeout=10_000)
             browser.close()
 
     first = "".join(o.get("text", "") for o in cells[0].outputs)
