@@ -1,0 +1,188 @@
+"""Every graded exercise catches a plausible wrong answer (issue 13): the mutant suite.
+
+``tests/mutants.py`` holds, for every exercise in ``solutions/``, at least one *mutant*: the
+solution cell with one realistic student mistake planted in it. For each mutant this test builds
+the notebook with that cell changed, runs the notebook's setup cells and the exercise's cells
+(those of an exercise it builds on too) with the course kernel on this session's local Slurm,
+and checks that
+
+* every cell before the exercise's graded test cell ran without an error — the mutant really
+  ran, it did not just break the notebook (a NameError would prove nothing);
+* the graded test cell then failed, with the error the mutant names (``AssertionError`` unless
+  it says otherwise) and showing the text it names: the check that was meant to catch it did.
+
+A few entries are right answers written another way (``passes=True``): the test cell must accept
+them. That the real solutions score full marks is tests/test_grading.py's autograding check.
+
+Running notebooks takes minutes, so the mutants run with ``make test-mutants`` (which sets
+``HPCNB_MUTANTS=1``); ``make test`` runs only the cheap check that the data covers every
+exercise and still applies to the solutions.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mutants import MUTANTS, NEEDS, Mutant
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = {p.stem[:2]: p for p in sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))}
+KERNEL = "hpcnb"      # the course kernel (make setup installs it)
+CELL_TIMEOUT = 300    # seconds per cell, as make test's nbval (jobs on a busy 2-core machine)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+RUN_MUTANTS = os.environ.get("HPCNB_MUTANTS") == "1"
+needs_run = pytest.mark.skipif(not RUN_MUTANTS, reason="the mutant suite runs with make test-mutants")
+
+
+# --------------------------------------------------------------------------- the notebooks
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def _is_solution(cell) -> bool:
+    return cell.cell_type == "code" and bool(_nbgrader(cell).get("solution"))
+
+
+def _is_graded_test(cell) -> bool:
+    meta = _nbgrader(cell)
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def read(notebook: str):
+    return nbformat.read(SOLUTIONS[notebook], as_version=4)
+
+
+def exercises(nb) -> dict[str, list[int]]:
+    """grade_id of each solution cell -> the indices of its exercise's code cells: from the end of
+    the setup (or of the previous exercise) up to the last graded test cell before the next
+    solution cell."""
+    solutions = [i for i, c in enumerate(nb.cells) if _is_solution(c)]
+    out: dict[str, list[int]] = {}
+    start = setup_end(nb)
+    for s, following in zip(solutions, solutions[1:] + [len(nb.cells)]):
+        tests = [i for i in range(s, following) if _is_graded_test(nb.cells[i])]
+        if not tests:
+            continue  # a solution cell whose exercise goes on in the next one
+        end = tests[-1]
+        out[_nbgrader(nb.cells[s])["grade_id"]] = [
+            i for i in range(start, end + 1) if nb.cells[i].cell_type == "code"]
+        start = end + 1
+    return out
+
+
+def setup_end(nb) -> int:
+    """Index of the first cell that belongs to an exercise (nbgrader metadata)."""
+    return next(i for i, c in enumerate(nb.cells) if _nbgrader(c))
+
+
+def setup_cells(nb) -> list[int]:
+    """The code cells before the first exercise (imports, the working folder, helpers)."""
+    return [i for i in range(setup_end(nb)) if nb.cells[i].cell_type == "code"]
+
+
+def plant(nb, mutant: Mutant):
+    """A copy of the notebook with the mutant's edits made in its solution cell."""
+    nb = nbformat.from_dict(nb)
+    nb = nbformat.reads(nbformat.writes(nb), as_version=4)
+    [cell] = [c for c in nb.cells if _is_solution(c) and _nbgrader(c)["grade_id"] == mutant.cell]
+    source = cell.source
+    for old, new in mutant.edits:
+        assert old in source, f"{mutant.id}: {old!r} is not in the solution cell {mutant.cell} any more"
+        source = source.replace(old, new)
+    assert source != cell.source, f"{mutant.id} changes nothing"
+    cell.source = source
+    return nb
+
+
+def cells_to_run(nb, mutant: Mutant) -> list[int]:
+    regions = exercises(nb)
+    before = []
+    for need in NEEDS.get((mutant.notebook, mutant.cell), ()):
+        before += [i for i in regions[need] if not _is_graded_test(nb.cells[i])]
+    return setup_cells(nb) + before + regions[mutant.cell]
+
+
+# ------------------------------------------------------------------------------ the runner
+
+def run(nb, indices: list[int], workdir: Path) -> tuple[int | None, object]:
+    """Run the given cells in order in one fresh course kernel; stop at the first error.
+    Returns (index of the failing cell, its CellExecutionError) or (None, None)."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
+                            resources={"metadata": {"path": str(workdir)}})
+    with client.setup_kernel():
+        for index in indices:
+            try:
+                client.execute_cell(nb.cells[index], index)
+            except CellExecutionError as err:
+                return index, err
+    return None, None
+
+
+def describe(err) -> str:
+    return ANSI.sub("", str(err))[-3000:]
+
+
+# ---------------------------------------------------------------------------------- tests
+
+def test_every_exercise_has_a_mutant_that_applies() -> None:
+    """Cheap (no kernel): each solution cell has a mutant, and every mutant still applies."""
+    missing = []
+    for notebook in SOLUTIONS:
+        nb = read(notebook)
+        for cell in exercises(nb):
+            if not any(m.notebook == notebook and m.cell == cell and not m.passes for m in MUTANTS):
+                missing.append(f"{SOLUTIONS[notebook].name}: {cell}")
+    assert not missing, "exercises without a mutant in tests/mutants.py:\n" + "\n".join(missing)
+    ids = [m.id for m in MUTANTS]
+    assert len(ids) == len(set(ids)), "mutant ids must be unique"
+    for mutant in MUTANTS:
+        assert mutant.notebook in SOLUTIONS, mutant.id
+        nb = read(mutant.notebook)
+        assert mutant.cell in exercises(nb), f"{mutant.id}: no exercise {mutant.cell}"
+        plant(nb, mutant)
+        assert cells_to_run(nb, mutant)
+    for (notebook, cell), needs in NEEDS.items():
+        regions = exercises(read(notebook))
+        assert cell in regions and all(n in regions for n in needs), (notebook, cell, needs)
+
+
+@needs_run
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
+    nb = read(mutant.notebook)
+    planted = plant(nb, mutant)
+    indices = cells_to_run(nb, mutant)
+    tests = [i for i in indices if _is_graded_test(planted.cells[i])]
+    failed, err = run(planted, indices, tmp_path)
+    what = f"{SOLUTIONS[mutant.notebook].name}, {mutant.cell} with the mistake: {mutant.mistake}"
+    if mutant.passes:
+        assert failed is None, f"a right answer was rejected ({what}):\n{describe(err)}"
+        return
+    assert failed is not None, f"the graded test passed a wrong answer ({what})"
+    assert failed in tests, (f"the mutant broke the notebook before its test (cell {failed}, not a graded "
+                             f"test): it proves nothing ({what}):\n{describe(err)}")
+    text = describe(err)
+    assert err.ename == mutant.error, f"expected {mutant.error}, got {err.ename} ({what}):\n{text}"
+    assert mutant.shows in text, f"failed, but not on {mutant.shows!r} ({what}):\n{text}"
+
+
+CONTROLS = [(nb, cell) for nb in SOLUTIONS for cell in exercises(read(nb))]
+
+
+@needs_run
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook, cell", CONTROLS, ids=[f"{nb}-{c.removesuffix('-solution')}" for nb, c in CONTROLS])
+def test_solution_passes(notebook: str, cell: str, tmp_path: Path) -> None:
+    nb = read(notebook)
+    control = Mutant(notebook, cell, "solution", "none", ())
+    failed, err = run(nb, cells_to_run(nb, control), tmp_path)
+    assert failed is None, describe(err)
