@@ -1,4 +1,15 @@
-"""Planted wrong answers for the graded exercises in solutions/ (run by tests/test_mutants.py)."""
+"""Planted wrong answers for the graded exercises in solutions/: the data of tests/test_mutants.py.
+
+A :class:`Mutant` is one realistic student mistake in one solution cell (its nbgrader
+``grade_id``), written as text edits of that cell: each ``(old, new)`` pair replaces every
+``old`` (which must occur) by ``new``. Running the exercise with the edits made must make its
+graded test cell fail with ``error``, and the failure must show ``shows`` (part of the failing
+assert's line or message), so that the check meant to catch the mistake is the one that did.
+``passes=True`` marks a right answer written another way, which the test must accept.
+
+Every exercise needs at least one mutant (tests/test_mutants.py checks it, in ``make test``);
+a new or changed exercise brings its own. Run them with ``make test-mutants``.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,21 +17,25 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutant:
-    notebook: str
-    cell: str
-    name: str
-    mistake: str
-    edits: tuple[tuple[str, str], ...]
-    shows: str = ""
-    error: str = "AssertionError"
-    passes: bool = False
+    notebook: str                         # the notebook's number: "01" is solutions/01-*.ipynb
+    cell: str                             # grade_id of the solution cell
+    name: str                             # short, for the test id
+    mistake: str                          # what the student got wrong
+    edits: tuple[tuple[str, str], ...]    # (old, new) replacements in that cell
+    shows: str = ""                       # text the test cell's failure must show
+    error: str = "AssertionError"         # the exception the test cell must raise
+    passes: bool = False                  # a right answer: the test must pass it
 
     @property
     def id(self) -> str:
         return f"{self.notebook}-{self.cell.removesuffix('-solution')}-{self.name}"
 
 
-NEEDS: dict[tuple[str, str], tuple[str, ...]] = {("13", "ex3-solution"): ("ex2-solution",)}
+# Exercises that use what an earlier one made: its cells (not its test) run first.
+NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("13", "ex3-solution"): ("ex2-solution",),   # the straggler run's ex2.json
+}
+
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------- 01 cluster anatomy
     Mutant("01", "ex1-solution", "whole-directive", "keeps the directive's value: '--account=def-<PI>'",
@@ -61,6 +76,15 @@ MUTANTS: list[Mutant] = [
            shows="assert failed_steps(granted(clean.stderr.splitlines())) == []"),
     Mutant("04", "ex3-solution", "job-name-kept", "fixes the task layout but keeps salloc's job name",
            (("salloc --job-name=train ", "salloc "),), shows="Lightning did not detect Slurm"),
+    # -------------------------------------------------- 05 Jupyter on a compute node
+    Mutant("05", "ex1-solution", "one-node-only", "writes a Host entry for ng20304 alone, not for every GPU node",
+           (("Host ng*", "Host ng20304"),), shows="every GPU node goes through the login node"),
+    Mutant("05", "ex2-solution", "skips-preferred", "starts looking one port above the preferred one",
+           (("range(preferred, 65536)", "range(preferred + 1, 65536)"),),
+           shows="a free preferred port is returned as it is"),
+    Mutant("05", "ex3-solution", "from-notebook", "fetches from the notebook, not from a step on the node",
+           (('["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py"]', '[PY, "ex3_fetch.py"]'),),
+           shows="no step ran in the job"),
     # ------------------------------------------------------- 06 single-device tuning
     Mutant("06", "ex1-solution", "plain-srun", "a plain srun: on Slurm 22.05-23.02 the step gets 1 CPU",
            (('srun -c "$SLURM_CPUS_PER_TASK" python', "srun python"),), shows="pass the CPUs on"),
