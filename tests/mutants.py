@@ -130,7 +130,8 @@ MUTANTS: list[Mutant] = [
            shows="the steps must get the signal"),
     # ------------------------------------------------------------------- 10 Horovod
     Mutant("10", "ex1-solution", "split-by-comma", "splits the node list at commas: node[1-2] stays one host",
-           (('out.stdout.split()', 'nodelist.split(",")'),), shows='horovod_hosts("node[1-2]", 2) == "node1:2,node2:2"'),
+           (('out.stdout.split()', 'nodelist.split(",")'),),
+           shows='horovod_hosts("node[1-2]", 2) == "node1:2,node2:2"'),
     Mutant("10", "ex2-solution", "same-seed", "gives every worker seed 0 instead of broadcasting rank 0's state",
            (('source.replace(anchor, anchor + (\n    "hvd.broadcast_parameters(model.state_dict(), root_rank=0)\\n"\n'
              '    "hvd.broadcast_optimizer_state(optimizer, root_rank=0)\\n"))',
