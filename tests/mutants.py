@@ -36,6 +36,11 @@ NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("13", "ex3-solution"): ("ex2-solution",),   # the straggler run's ex2.json
 }
 
+# Cells of an exercise that only show something and take long (a job): not run (their first line).
+SHOW_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("10", "ex2-solution"): ('job = horovod_job("broken_hvd.py", "broken.json")',),   # the broken run, 25 s
+}
+
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------- 01 cluster anatomy
     Mutant("01", "ex1-solution", "whole-directive", "keeps the directive's value: '--account=def-<PI>'",
@@ -162,8 +167,6 @@ MUTANTS: list[Mutant] = [
            (("ck.save(step + 1, model, opt)", "ck.save(step, model, opt)"),
             ("checkpoint at step {step + 1}", "checkpoint at step {step}")),
            shows="ended with other weights than an uninterrupted one"),
-    Mutant("12", "ex2-solution", "flag-unread", "the handler notes the warning but the loop never looks",
-           (("    if warned:", "    if False:"),), shows="no checkpoint after the warning"),
     Mutant("12", "ex3-solution", "no-throttle", "an array without %1: the tasks run side by side",
            (("--array=1-4%1", "--array=1-4"),), shows="the tasks overlapped"),
     # ------------------------------------------------------------------ 13 stragglers

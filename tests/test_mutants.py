@@ -22,6 +22,7 @@ and still applies to the solutions.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import re
 from pathlib import Path
@@ -29,7 +30,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mutants import MUTANTS, NEEDS, Mutant
+from mutants import MUTANTS, NEEDS, SHOW_ONLY, Mutant
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {p.stem[:2]: p for p in sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))}
@@ -55,7 +56,9 @@ def _is_graded_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+@functools.cache
 def read(notebook: str):
+    """The solution notebook (shared: copy it before changing it)."""
     return nbformat.read(SOLUTIONS[notebook], as_version=4)
 
 
@@ -99,11 +102,14 @@ def plant(nb, mutant: Mutant):
 
 
 def cells_to_run(nb, notebook: str, cell: str) -> list[int]:
-    """Setup, then the cells of the exercises this one builds on (not their tests), then its own."""
+    """Setup, then the cells of the exercises this one builds on (not their tests), then its own
+    (less those that only show something)."""
     regions = exercises(nb)
     before = [i for need in NEEDS.get((notebook, cell), ()) for i in regions[need]
               if not _is_graded_test(nb.cells[i])]
-    return setup_cells(nb) + before + regions[cell]
+    shown = SHOW_ONLY.get((notebook, cell), ())
+    own = [i for i in regions[cell] if not nb.cells[i].source.startswith(shown)]
+    return setup_cells(nb) + before + own
 
 
 # ------------------------------------------------------------------------------ the runner
@@ -147,6 +153,10 @@ def test_every_exercise_has_a_mutant_that_applies() -> None:
     for (notebook, cell), needs in NEEDS.items():
         regions = exercises(read(notebook))
         assert cell in regions and all(n in regions for n in needs), (notebook, cell, needs)
+    for (notebook, cell), shown in SHOW_ONLY.items():
+        nb = read(notebook)
+        left_out = len(exercises(nb)[cell]) - len(cells_to_run(nb, notebook, cell)) + len(setup_cells(nb))
+        assert left_out == len(shown), f"{notebook} {cell}: SHOW_ONLY {shown} no longer matches one cell each"
 
 
 @runs_notebooks
@@ -177,6 +187,6 @@ SOLVED = [(nb, cell) for nb in SOLUTIONS for cell in exercises(read(nb))]
 @pytest.mark.parametrize("notebook, cell", SOLVED, ids=[f"{nb}-{c.removesuffix('-solution')}" for nb, c in SOLVED])
 def test_solution_passes(notebook: str, cell: str, tmp_path: Path) -> None:
     """The control: the exercise with its real solution passes in this runner."""
-    nb = read(notebook)
+    nb = copy.deepcopy(read(notebook))
     failed, err = run(nb, cells_to_run(nb, notebook, cell), tmp_path)
     assert failed is None, f"{SOLUTIONS[notebook].name}, {cell}: the real solution fails:\n{describe(err)}"
