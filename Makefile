@@ -3,9 +3,9 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-parity and test-real-course (after real-slurm-up), real-slurm-up,
-#                real-slurm-down, portal and test-portal (as root; README "A portal for a
-#                workshop"), clean.
+# Other targets: setup, test-mutants, test-parity and test-real-course (after real-slurm-up),
+#                real-slurm-up, real-slurm-down, portal and test-portal (as root; README "A portal
+#                for a workshop"), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
 #            where PyPI's default torch build is too large for you).
@@ -26,7 +26,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-parity test-real-course portal test-portal real-slurm-up real-slurm-down clean
+.PHONY: help setup lab test test-mutants test-parity test-real-course portal test-portal real-slurm-up real-slurm-down clean
 
 help:
 	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
@@ -94,6 +94,14 @@ test: setup
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
 	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
+
+# make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
+# each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs
+# every exercise with its real solution (about twice as long).
+MUTANTS ?= 1
+test-mutants: setup
+	$(call pytest,-n 2 --durations=10 tests/test_mutants.py,mutants)
+test-mutants: export HPCNB_MUTANTS = $(MUTANTS)
 
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
 test-parity: setup
