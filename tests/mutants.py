@@ -88,7 +88,7 @@ MUTANTS: list[Mutant] = [
            (("range(preferred, 65536)", "range(preferred + 1, 65536)"),),
            shows="a free preferred port is returned as it is"),
     Mutant("05", "ex3-solution", "from-notebook", "fetches from the notebook, not from a step on the node",
-           (('["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py"]', '[PY, "ex3_fetch.py"]'),),
+           (('["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py",', '[PY, "ex3_fetch.py",'),),
            shows="no step ran in the job"),
     # ------------------------------------------------------- 06 single-device tuning
     Mutant("06", "ex1-solution", "plain-srun", "a plain srun: on Slurm 22.05-23.02 the step gets 1 CPU",
