@@ -3,9 +3,10 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-parity and test-real-course (after real-slurm-up), real-slurm-up,
-#                real-slurm-down, test-parity-2411 (after real-slurm-2411-up), real-slurm-2411-up,
-#                real-slurm-2411-down, clean.
+# Other targets: setup, test-mutants, test-parity and test-real-course (after real-slurm-up),
+#                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
+#                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
+#                "A portal for a workshop"), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
 #            where PyPI's default torch build is too large for you).
@@ -26,11 +27,11 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-parity test-parity-2411 test-real-course real-slurm-up real-slurm-down \
-	real-slurm-2411-up real-slurm-2411-down clean
+.PHONY: help setup lab test test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
+	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
-	@sed -n '2,11p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
 
 setup:
 	@if [[ $$(id -u) -eq 0 ]]; then bash ci/install-system-deps.sh; \
@@ -96,6 +97,14 @@ test: setup
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
 	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
 
+# make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
+# each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs
+# every exercise with its real solution (about twice as long).
+MUTANTS ?= 1
+test-mutants: setup
+	$(call pytest,-n 2 --durations=10 tests/test_mutants.py,mutants)
+test-mutants: export HPCNB_MUTANTS = $(MUTANTS)
+
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
 test-parity: setup
 	@export HPCNB_REAL_SLURM=22.05; $(call pytest-cmd,--durations=10 tests/parity,parity)
@@ -112,6 +121,25 @@ test-parity-2411: setup
 REAL_CELL_LIMIT ?= 600
 test-real-course: setup
 	CELL_LIMIT=$(REAL_CELL_LIMIT) RUN_LIMIT=$(RUN_LIMIT) bash ci/real-course.sh
+
+# make portal: a workshop's JupyterHub on this machine (as root), in the foreground: a login page,
+# each user's notebook server a Slurm job. Ctrl-C stops the hub, the proxy and the servers' jobs.
+# Settings (README "A portal for a workshop"; ci/portal.sh reads them from the environment):
+# PORTAL_USERS (a count or names), PORTAL_PASSWORD, PORTAL_PORT, PORTAL_SLURM (local|real), PORTAL_TIME.
+portal: setup
+	bash ci/portal.sh install
+	bash ci/portal.sh run
+
+# make test-portal: in a browser, the student logs in, gets a server (a Slurm job) and runs lesson 1
+# in it; on the local Slurm, then on the real one (start it first: make real-slurm-up; others who
+# share it: flock /tmp/real-slurm.lock make test-portal). PORTAL_TESTS=local runs one of them.
+PORTAL_TESTS ?= local real
+test-portal: setup
+	PORTAL_USERS=hpcnb-student bash ci/portal.sh install
+	@for slurm in $(PORTAL_TESTS); do \
+	    HPCNB_PORTAL_TEST=$$slurm; export HPCNB_PORTAL_TEST; \
+	    $(call pytest-cmd,-p no:cacheprovider -s tests/test_portal.py,portal-$$slurm); \
+	done
 
 real-slurm-up:
 	bash ci/real-slurm.sh up

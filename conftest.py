@@ -2,10 +2,14 @@
 
 A lesson cell that fails or times out under nbval reports the Slurm jobs as they were at that
 moment (squeue and the last hour's sacct), so a stuck job shows its state next to the cell.
+Every failure is also printed the moment it is known (name and the end of its report), so a
+run stopped by its time limit still says what failed before.
 """
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -33,3 +37,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if report.when == "call" and report.failed and type(item).__name__ == "IPyNbCell":
         report.sections.append(("Slurm jobs when the cell failed", slurm_snapshot()))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Print a failure at once, in the main process (xdist workers send their reports there)."""
+    if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        text = report.longreprtext
+        tail = text if len(text) <= 4000 else "...\n" + text[-4000:]
+        print(f"\n--- FAILED {report.nodeid} ({report.when}), as it happened:\n{tail}\n---",
+              file=sys.stderr, flush=True)

@@ -13,46 +13,27 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=ci/course-install.sh
+source "$HERE/ci/course-install.sh"
 COURSE_USER=${COURSE_USER:-hpcnb-student}
 CELL_LIMIT=${CELL_LIMIT:-600}  # a requeued job waits 120 s on a real Slurm (lesson 12)
 RUN_LIMIT=${RUN_LIMIT:-1500}
-WHEELS=/var/cache/hpcnb/wheels  # readable by the course user: the Horovod build is not redone
 
-log() { echo "[real-course $(date +%T)] $*" >&2; }
+log() { course_log "$*"; }
 [[ $(id -u) -eq 0 ]] || { log "run me as root (I create a user and run as it with runuser)"; exit 1; }
 bash "$HERE/ci/real-slurm.sh" status >/dev/null || { log "the real Slurm is not up: bash ci/real-slurm.sh up"; exit 1; }
 
-id "$COURSE_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$COURSE_USER"
-home=$(getent passwd "$COURSE_USER" | cut -d: -f6)
-pip_settings=()  # this machine's pip settings (PIP_FIND_LINKS: the CPU torch wheel on local disk)
-for name in $(compgen -e | grep '^PIP_' || true); do pip_settings+=("$name=${!name}"); done
-as_user() { runuser -u "$COURSE_USER" -- env -i HOME="$home" USER="$COURSE_USER" LOGNAME="$COURSE_USER" \
-    PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 HPCNB_SLURM=real HPCNB_WHEEL_CACHE="$WHEELS" \
-    "${pip_settings[@]}" "$@"; }
-
-# the Horovod wheel root already built (make setup), where the course user can read it
-mkdir -p "$WHEELS"
-[[ -d $HOME/.cache/hpcnb/wheels ]] && cp -a "$HOME/.cache/hpcnb/wheels/." "$WHEELS/"
-chown -R "$COURSE_USER" "$WHEELS"
-
-log "copying the working tree to $home/hpcnb"
-tree=$home/hpcnb
-mkdir -p "$tree"
-(cd "$HERE" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$tree"
-rm -rf "$tree/notebooks/work" "$tree/solutions/work"
-chown -R "$COURSE_USER": "$tree"
-
-log "make setup as $COURSE_USER (Debian's python3)"
-start=$SECONDS
-as_user make -C "$tree" --no-print-directory setup PYTHON=/usr/bin/python3 >"$tree/setup.log" 2>&1 ||
-    { tail -n 30 "$tree/setup.log" >&2; log "setup failed"; exit 1; }
-log "setup: $((SECONDS - start)) s"
+course_user "$COURSE_USER"
+tree=$(getent passwd "$COURSE_USER" | cut -d: -f6)/hpcnb
+log "copying the working tree to $tree"
+course_copy "$tree" "$COURSE_USER"
+course_setup "$tree" "$COURSE_USER"
 
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(notebooks solutions)
 log "nbval on the real Slurm: ${targets[*]}"
 rc=0
-as_user bash -c "cd '$tree' && timeout -k 30 $RUN_LIMIT .venv/bin/python -m pytest -p no:cacheprovider \
+as_user "$COURSE_USER" HPCNB_SLURM=real bash -c "cd '$tree' && timeout -k 30 $RUN_LIMIT .venv/bin/python -m pytest -p no:cacheprovider \
     -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
     --nbval-cell-timeout=$CELL_LIMIT --durations=30 --junitxml=real-course.xml ${targets[*]}" || rc=$?
 mkdir -p "$HERE/test-artifacts"

@@ -17,12 +17,13 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcnb import poller
 from hpcnb.slurm_options import check_text, format_slurm_time, suggest
 
 if TYPE_CHECKING:
@@ -32,12 +33,14 @@ __all__ = [
     "FINISHED_STATES",
     "AccountingRow",
     "Job",
+    "JobSnapshot",
     "JobFailed",
     "JobNotFound",
     "QueueRow",
     "SlurmError",
     "SlurmWarning",
     "SubmitError",
+    "follow_queue",
     "parse_elapsed",
     "parse_size",
     "queue",
@@ -141,18 +144,23 @@ def _task_key(job_id: str) -> tuple[int, int]:
     return int(base) if base.isdigit() else 0, int(task) if task.isdigit() else -1
 
 
+_ACTIVE_FIRST = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "PENDING")
+
+
 def _summarize(states: Iterable[str]) -> str:
-    """One state for a job or a whole array: active ones first, else the first that did not complete."""
+    """One state for a job or a whole array: the most active one, else the first that did not complete."""
     states = list(states)
     if not states:
         return "UNKNOWN"
     active = [s for s in states if s not in FINISHED_STATES]
     if active:
-        for state in ("RUNNING", "COMPLETING"):
-            if state in active:
-                return state
-        return active[0]
+        return next((s for s in _ACTIVE_FIRST if s in active), active[0])
     return next((s for s in states if s != "COMPLETED"), "COMPLETED")
+
+
+def _time_limit(text: str) -> int | None:
+    """squeue's %l / sacct's Timelimit in seconds; None for UNLIMITED, Partition_Limit, blank."""
+    return parse_elapsed(text) if text.strip() not in ("", "UNLIMITED", "INVALID", "Partition_Limit") else None
 
 
 # ------------------------------------------------------------------------ running commands
@@ -304,6 +312,7 @@ def submit(
         raise SubmitError(f"sbatch --parsable printed no job id: {res.stdout!r}", res.stderr, res.returncode)
     for line in res.stderr.strip().splitlines():
         warnings.warn(line, SlurmWarning, stacklevel=2)
+    _watcher().changed()  # the queue has changed: whoever follows it hears soon
     return Job(job_id, script_path=script_path, workdir=workdir)
 
 
@@ -350,7 +359,8 @@ class AccountingRow:
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One squeue line (a pending array's tasks share one line, e.g. ``7_[3-8%2]``)."""
+    """One squeue line (a pending array's tasks share one line, e.g. ``7_[3-8%2]``), or the same
+    columns from sacct for a job that has left the queue (then with its ``exit_code``)."""
 
     job_id: str
     partition: str
@@ -362,25 +372,160 @@ class QueueRow:
     nodelist: str
     reason: str
     name: str
+    raw_id: str = ""  # Slurm's own number for an array task (``7_3`` may be job 9)
+    exit_code: str = ""  # ``0:0``; sacct only
+
+    @classmethod
+    def parse(cls, line: str, accounted: bool = False) -> QueueRow | None:
+        """A line of squeue ``-o`` :data:`QUEUE_FORMAT`, or (``accounted``) of sacct ``-P --format``
+        :data:`STATE_FORMAT`; None for anything else."""
+        parts = line.split("|", 11 if accounted else 10)
+        if len(parts) != (12 if accounted else 11):
+            return None
+        job_id, raw_id, partition, user, state, used, limit, nodes, nodelist, reason, *rest = parts
+        return cls(job_id.strip(), partition, user, _base_state(state), parse_elapsed(used), limit.strip(),
+                   int(nodes) if nodes.strip().isdigit() else 0,
+                   "" if nodelist.strip() in ("None assigned", "(null)") else nodelist.strip(),
+                   reason.strip(), rest[-1], raw_id=raw_id.strip(), exit_code=rest[0].strip() if accounted else "")
 
 
-_QUEUE_FORMAT = "%i|%P|%u|%T|%M|%l|%D|%N|%r|%j"  # the name, free text, goes last
+#: squeue's columns for :class:`QueueRow`, and sacct's same columns (plus the exit code); the name,
+#: free text, goes last.
+QUEUE_FORMAT = "%i|%A|%P|%u|%T|%M|%l|%D|%N|%r|%j"
+STATE_FORMAT = "JobID,JobIDRaw,Partition,User,State,Elapsed,Timelimit,NNodes,NodeList,Reason,ExitCode,JobName"
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """What Slurm says about a job at one poll (squeue, or sacct once it has left the queue)."""
+
+    job_id: str
+    state: str = "UNKNOWN"
+    states: dict[str, str] = field(default_factory=dict)  # per array task (one entry for a plain job)
+    elapsed: int | None = None  # seconds
+    time_limit: int | None = None  # seconds; None: unlimited or unknown
+    nodes: str = ""  # Slurm's node list text, e.g. node[1-2]
+    reason: str = ""  # why it waits ("" for None)
+    exit_code: str = ""  # "0:0" once finished (several, comma-joined, for an array whose tasks differ)
+    name: str = ""
+    taken: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_tasks(cls, job_id: str, tasks: Mapping[str, QueueRow]) -> JobSnapshot:
+        """The snapshot of ``job_id`` from its rows, by task id (a collapsed pending line serves several)."""
+        rows = list({id(row): row for row in tasks.values()}.values())
+        codes = [row.exit_code for row in rows if row.exit_code]
+        times = [row.time for row in rows if row.time is not None]
+        states = {task: row.state for task, row in tasks.items()}
+        return cls(
+            job_id, _summarize(states.values()), states, max(times) if times else None,
+            _time_limit(rows[-1].time_limit), ",".join(dict.fromkeys(r.nodelist for r in rows if r.nodelist)),
+            ",".join(dict.fromkeys(r.reason for r in rows if r.reason not in ("", "None"))),
+            codes[0] if len(set(codes)) == 1 else ",".join(codes), rows[-1].name,
+        )
+
+    @property
+    def done(self) -> bool:
+        return bool(self.states) and all(s in FINISHED_STATES for s in self.states.values())
+
+    @property
+    def is_array(self) -> bool:
+        return "_" not in self.job_id and any("_" in k for k in self.states)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.states.values():
+            out[s] = out.get(s, 0) + 1
+        return out
+
+
+def _tasks_of(job_id: str, rows: Iterable[QueueRow]) -> dict[str, QueueRow]:
+    """The rows that are ``job_id`` (a job, an array task, or every task of an array), by task id."""
+    out: dict[str, QueueRow] = {}
+    for row in rows:
+        for task in _expand_ids(row.job_id):
+            if (task == job_id or ("_" not in job_id and task.startswith(job_id + "_"))
+                    or (row.raw_id == job_id and "[" not in row.job_id)):
+                out[task] = row
+    return dict(sorted(out.items(), key=lambda kv: _task_key(kv[0])))
+
+
+def _me() -> str:
+    """The user Slurm knows this process as (its uid's name; ``$USER`` may say otherwise)."""
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _listed(user: str) -> list[QueueRow]:
+    """``user``'s jobs in the queue ("": everyone's)."""
+    argv = ["squeue", "-h", "-o", QUEUE_FORMAT, *([] if not user else ["--me"] if user == _me() else ["-u", user])]
+    return [row for line in _checked(argv).splitlines() if (row := QueueRow.parse(line))]
+
+
+def _ask_slurm(keys: frozenset[poller.Key]) -> dict[poller.Key, Any]:
+    """One poll (see :mod:`hpcnb.poller`): one squeue call for the user's jobs (as real Slurm's
+    squeue asks slurmctld for one user's jobs alone), one sacct call for the jobs asked about
+    that it does not list (ended, or someone else's). ``("job", id)`` -> :class:`JobSnapshot` (or
+    :class:`JobNotFound`); ``("queue", user)`` -> that user's :class:`QueueRow` list ("": everyone)."""
+    ids = sorted(key for kind, key in keys if kind == "job")
+    users = {key for kind, key in keys if kind == "queue"}
+    scope = "" if "" in users else _me()
+    listed = _listed(scope) if ids or scope in users else []
+    answers: dict[poller.Key, Any] = {("queue", scope): listed} if scope in users else {}
+    for user in users - {scope}:  # another user's queue: its own call, so that its errors stay its own
+        try:
+            answers[("queue", user)] = [r for r in listed if r.user == user] if scope == "" else _listed(user)
+        except SlurmError as err:
+            answers[("queue", user)] = err
+    tasks = {job_id: _tasks_of(job_id, listed) for job_id in ids}
+    # a job that has left the queue, or an array all of whose listed tasks ended: sacct has it all
+    gone = [job_id for job_id, rows in tasks.items() if all(r.state in FINISHED_STATES for r in rows.values())]
+    if gone:
+        out = _checked(["sacct", "-X", "-n", "-P", "-j", ",".join(gone), "--format", STATE_FORMAT])
+        accounted = [row for line in out.splitlines() if (row := QueueRow.parse(line, accounted=True))]
+        for job_id in gone:
+            tasks[job_id] = dict(sorted({**_tasks_of(job_id, accounted), **tasks[job_id]}.items(),
+                                        key=lambda kv: _task_key(kv[0])))
+    for job_id in ids:
+        answers[("job", job_id)] = JobSnapshot.from_tasks(job_id, tasks[job_id]) if tasks[job_id] else JobNotFound(
+            f"Slurm knows no job {job_id} (neither squeue nor sacct lists it)")
+    return answers
+
+
+def _fingerprint(value: Any) -> Hashable:
+    """What counts as a change between two polls (not the elapsed time)."""
+    if isinstance(value, JobSnapshot):
+        return tuple(value.states.items()), value.nodes, value.reason
+    return tuple((row.job_id, row.state, row.nodelist) for row in value)
+
+
+def _settled(answer: poller.Answer) -> bool:
+    """Need a later poll ask about it again? Not once the job has ended or is unknown (nor a queue)."""
+    if answer.error is not None:
+        return isinstance(answer.error, JobNotFound)
+    return not isinstance(answer.value, JobSnapshot) or answer.value.done
+
+
+def _watcher() -> poller.Watcher:
+    """This kernel's one poller (see :mod:`hpcnb.poller`)."""
+    return poller.shared(_ask_slurm, _fingerprint, _settled)
 
 
 def queue(user: str | None = None) -> list[QueueRow]:
     """The jobs squeue shows (everyone's, like squeue; ``user=`` for one user's)."""
-    argv = ["squeue", "-h", "-o", _QUEUE_FORMAT]
     if user:
-        argv += ["-u", check_text(user, "queue(user)", where="the squeue command line")]
-    rows = []
-    for line in _checked(argv).splitlines():
-        parts = line.split("|", 9)
-        if len(parts) != 10:
-            continue
-        job_id, part, usr, state, used, limit, nodes, nodelist, reason, name = parts
-        rows.append(QueueRow(job_id, part, usr, state, parse_elapsed(used), limit,
-                             int(nodes) if nodes.isdigit() else 0, nodelist, reason, name))
-    return rows
+        check_text(user, "queue(user)", where="the squeue command line")
+    return list(_watcher().read(("queue", user or "")))
+
+
+def follow_queue(user: str | None = None, listener: Callable[[poller.Answer], None] | None = None, *,
+                 poll: float | None = None) -> poller.Subscription:
+    """Follow ``user``'s jobs in the queue from the kernel's poller: each poll's rows go to
+    ``listener`` (in the poller's thread) or to ``subscription.next()``; close it to stop."""
+    if user:
+        check_text(user, "follow_queue(user)", where="the squeue command line")
+    return _watcher().follow(("queue", user or ""), listener, poll=poll)
 
 
 # --------------------------------------------------------------------------------- Job
@@ -388,8 +533,10 @@ def queue(user: str | None = None) -> list[QueueRow]:
 class Job:
     """A Slurm job (or one array task, id ``7_3``), followed through squeue, sacct and scontrol.
 
-    ``id`` is Slurm's id text: ``"12"``, or ``"7_3"`` for an array task. Properties ask Slurm
-    afresh each time; for an array job, ``state`` summarises its tasks (see :attr:`states`).
+    ``id`` is Slurm's id text: ``"12"``, or ``"7_3"`` for an array task. Its state comes from the
+    kernel's one poller (:mod:`hpcnb.poller`), shared with every other job, wait and widget: fresh
+    on the local Slurm, at most 2 s old on a real one. For an array job, ``state`` summarises its
+    tasks (see :attr:`states`).
     """
 
     def __init__(self, job_id: int | str, *, script_path: Path | None = None, workdir: Path | None = None) -> None:
@@ -400,65 +547,49 @@ class Job:
         self.script_path = script_path
         self.workdir = workdir
         self._output_path: Path | None = None
+        _watcher().register(("job", text))  # asked about in every poll (one call for all) until it ends
 
     @classmethod
     def attach(cls, job_id: int | str) -> Job:
         """Follow a job submitted elsewhere (a terminal, another notebook). Raises JobNotFound."""
         job = cls(job_id)
-        job._task_states()
+        job.snapshot()
         return job
 
     # -- state ------------------------------------------------------------------------------
-    def _task_states(self) -> dict[str, str]:
-        """Job id text -> state, for the job or each of its array tasks; squeue first, then sacct."""
-        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%i|%T"])
-        seen: dict[str, str] = {}
-        if res.returncode == 0:
-            for line in res.stdout.splitlines():
-                ident, _, state = line.partition("|")
-                for one in _expand_ids(ident.strip()):
-                    seen[one] = _base_state(state)
-        # squeue's word is final for a plain job; an array's finished tasks may already have left
-        # the queue (after MinJobAge), so once squeue shows nothing active, sacct has the whole array
-        if seen and not (all(s in FINISHED_STATES for s in seen.values()) and self._array_in(seen)):
-            return dict(sorted(seen.items(), key=lambda kv: _task_key(kv[0])))
-        acct = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "JobID,State"])
-        if acct.returncode == 0:
-            for line in acct.stdout.splitlines():
-                ident, _, state = line.partition("|")
-                for one in _expand_ids(ident.strip()):
-                    seen[one] = _base_state(state)
-        if not seen:
-            if res.returncode != 0 and "Invalid job id" not in res.stderr:
-                raise SlurmError(f"squeue -j {self.id} failed: {res.stderr.strip()}", res.stderr, res.returncode)
-            raise JobNotFound(
-                f"Slurm knows no job {self.id} (neither squeue nor sacct lists it)",
-                (res.stderr + acct.stderr).strip(), acct.returncode,
-            )
-        return dict(sorted(seen.items(), key=lambda kv: _task_key(kv[0])))
+    def snapshot(self) -> JobSnapshot:
+        """State, times, nodes and reason in one (squeue's, or sacct's once the job has left the
+        queue). Raises :class:`JobNotFound` when neither knows the job."""
+        return _watcher().read(("job", self.id))
+
+    def follow(self, listener: Callable[[poller.Answer], None] | None = None, *,
+               poll: float | None = None) -> poller.Subscription:
+        """Follow the job from the kernel's poller: each poll's :class:`JobSnapshot` (or error) goes
+        to ``listener`` (in the poller's thread) or to ``subscription.next()``; close it to stop."""
+        return _watcher().follow(("job", self.id), listener, poll=poll)
 
     @property
     def states(self) -> dict[str, str]:
         """State per job id: ``{"12": "RUNNING"}``, or one entry per array task ``{"7_1": ..., "7_2": ...}``."""
-        return self._task_states()
+        return dict(self.snapshot().states)
 
     @property
     def state(self) -> str:
         """The current state (``PENDING``, ``RUNNING``, ``COMPLETED`` ...); arrays: summarised over tasks."""
-        return _summarize(self._task_states().values())
+        return self.snapshot().state
 
     @property
     def is_array(self) -> bool:
         """True for a whole job array (not for one of its tasks)."""
-        return self._array_in(self._task_states())
+        return self.snapshot().is_array
 
     @property
     def done(self) -> bool:
-        return all(s in FINISHED_STATES for s in self._task_states().values())
+        return self.snapshot().done
 
     def array_tasks(self) -> list[Job]:
         """One :class:`Job` per task of an array job (``7_1``, ``7_2`` ...)."""
-        tasks = [k for k in self._task_states() if "_" in k]
+        tasks = [k for k in self.states if "_" in k]
         if "_" in self.id or not tasks:
             raise ValueError(f"job {self.id} is not a job array (submit one with array='1-4')")
         return [Job(t, workdir=self.workdir) for t in tasks]
@@ -466,26 +597,15 @@ class Job:
     @property
     def reason(self) -> str:
         """Why it waits (``Priority``, ``Dependency``, ``JobArrayTaskLimit`` ...), or ``None``."""
-        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%r"])
-        if res.returncode == 0 and res.stdout.strip():
-            return ",".join(dict.fromkeys(r.strip() for r in res.stdout.splitlines() if r.strip()))
-        out = _checked(["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "Reason"])
-        return ",".join(dict.fromkeys(r.strip() for r in out.splitlines() if r.strip())) or "None"
+        return self.snapshot().reason or "None"
 
     @property
     def nodes(self) -> list[str]:
         """The nodes it runs (or ran) on, expanded: ``["node1", "node2"]``; empty before it starts."""
         import hostlist
 
-        res = _slurm(["squeue", "-h", "-r", "-j", self.id, "-o", "%N"])
-        text = res.stdout if res.returncode == 0 and res.stdout.strip() else _checked(
-            ["sacct", "-X", "-n", "-P", "-j", self.id, "--format", "NodeList"])
-        names: dict[str, None] = {}
-        for line in text.splitlines():
-            line = line.strip()
-            if line and line not in ("None assigned", "(null)"):
-                names.update(dict.fromkeys(hostlist.expand_hostlist(line)))
-        return list(names)
+        text = self.snapshot().nodes
+        return list(dict.fromkeys(hostlist.expand_hostlist(text))) if text else []
 
     # -- waiting ----------------------------------------------------------------------------
     def wait(self, timeout: float | None = None, poll: float | None = None, *, quiet: bool = False,
@@ -494,59 +614,63 @@ class Job:
         On a real Slurm it then gives the accounting up to 30 s to record the end (see
         :meth:`wait_accounted`), so that sacct read right after agrees with the queue.
 
-        Shows a progress bar unless ``quiet``. ``poll`` fixes the seconds between queries (default:
-        from 0.05 s, growing to 1 s on the local Slurm and 5 s on a real one). Raises TimeoutError
-        after ``timeout`` seconds (the job keeps running), and JobFailed with the output's last
-        lines if ``check`` and the job did not end COMPLETED.
+        Shows a progress bar unless ``quiet``. The kernel's poller asks Slurm (see
+        :mod:`hpcnb.poller`: from 0.05 s up to 1 s apart on the local Slurm, 2 s up to 10 s on a
+        real one); ``poll`` fixes the seconds between its polls (at least 2 s on a real Slurm).
+        Raises TimeoutError, with the states it saw, after ``timeout`` seconds (the job keeps
+        running), and JobFailed with the output's last lines if ``check`` and the job did not end
+        COMPLETED.
         """
         from hpcnb.backend import which_slurm
 
-        deadline = None if timeout is None else time.monotonic() + timeout
-        interval, cap = poll or 0.05, poll or (1.0 if which_slurm() == "local" else 5.0)
-        bar = None if quiet else _Progress(self)
-        failures = 0
-        try:
-            while True:
-                try:
-                    states = self._task_states()
-                    failures = 0
-                except SlurmError:
-                    failures += 1  # a busy controller may miss one answer; not three in a row
-                    if failures >= 3:
-                        raise
-                    states = None
-                if states is not None:
-                    if bar:
-                        bar.update(states)
-                    if all(s in FINISHED_STATES for s in states.values()):
-                        break
-                if deadline is not None and time.monotonic() >= deadline:
-                    now = _summarize(states.values()) if states else "in an unknown state"
-                    raise TimeoutError(
-                        f"job {self.id} is still {now} after {timeout:g} s: wait longer "
-                        f"(job.wait(timeout=...)) or stop it with job.cancel()"
-                    )
-                pause = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
-                time.sleep(pause)
-                interval = min(interval * 1.5, cap)
-        finally:
-            if bar:
-                bar.close()
+        snap = self._follow_to_end(timeout, poll, quiet)
         if which_slurm() == "real":  # what follows a wait reads sacct: let the accounting catch up
             try:
                 self.wait_accounted(timeout=ACCOUNTING_LAG_S)
             except TimeoutError:
                 pass  # a site without accounting, or a slow one: the queue's word stands
-        final = _summarize(states.values())
-        if check and final != "COMPLETED":
-            failed = next((k for k, s in states.items() if s != "COMPLETED"), self.id)
+        if check and snap.state != "COMPLETED":
+            failed = next((k for k, s in snap.states.items() if s != "COMPLETED"), self.id)
             culprit = self if failed == self.id else Job(failed, workdir=self.workdir)
             try:
                 tail = culprit.tail()
             except (OSError, SlurmError) as err:
                 tail = f"(output not readable: {err})"
-            raise JobFailed(culprit, final, culprit.exit_code, tail)
-        return final
+            raise JobFailed(culprit, snap.state, culprit.exit_code, tail)
+        return snap.state
+
+    def _follow_to_end(self, timeout: float | None, poll: float | None, quiet: bool) -> JobSnapshot:
+        """The poller's snapshots until the job has ended (a progress bar unless ``quiet``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = None if quiet else _Progress(self)
+        seen: list[str] = []  # the states on the way, for the timeout's message
+        failures, snap = 0, None
+        try:
+            with self.follow(poll=poll) as updates:
+                while snap is None or not snap.done:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        now = snap.state if snap else "in an unknown state"
+                        raise TimeoutError(
+                            f"job {self.id} is still {now} after {timeout:g} s (seen: {', '.join(seen) or 'nothing'}): "
+                            f"wait longer (job.wait(timeout=...)) or stop it with job.cancel()")
+                    answer = updates.next(timeout=left)
+                    if answer is None:
+                        continue
+                    if answer.error is not None:
+                        failures += 1  # a busy controller may miss one answer; not three in a row
+                        if failures >= 3:
+                            raise answer.error
+                        continue
+                    failures, snap = 0, answer.value
+                    if snap.state not in seen:
+                        seen.append(snap.state)
+                    if bar:
+                        bar.update(snap.states)
+        finally:
+            if bar:
+                bar.close()
+        return snap
 
     # -- output -----------------------------------------------------------------------------
     @property
@@ -579,6 +703,7 @@ class Job:
     def cancel(self) -> bool:
         """scancel the job (every task of an array); False if it had already finished."""
         res = _slurm(["scancel", "--verbose", self.id])  # Slurm 22.05 says "already completing" only with -v
+        _watcher().forget()
         if "already completing or completed" in res.stderr:
             return False
         if res.returncode == 0:
@@ -606,7 +731,8 @@ class Job:
             states = [_base_state(state) for _, state, _ in rows]
             if states and all(s in FINISHED_STATES for s in states):
                 expected = self._records_known_to_scontrol() if expected is None else expected
-                missing = _missing_rows(expected, {job_id: nodes for job_id, _, nodes in rows})
+                missing = _missing_rows(expected, {task: nodes for job_id, _, nodes in rows
+                                                   for task in _expand_ids(job_id)})
                 if not missing:
                     return states[0] if len(set(states)) == 1 else ",".join(states)
                 seen = f"{', '.join(states)}; not yet: {', '.join(missing)}"
@@ -614,7 +740,7 @@ class Job:
                 seen = ", ".join(states) or (res.stderr.strip() or "no row")
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sacct has no end for job {self.id} after {timeout:g} s (it says: {seen})")
-            time.sleep(0.2)
+            time.sleep(max(0.2, poller.pacing().gap))  # a real slurmdbd: no faster than the poller
 
     def _records_known_to_scontrol(self) -> dict[str, str]:
         """sacct's JobID -> NodeList ("" if none) of each record ``scontrol`` still shows for the
@@ -624,9 +750,10 @@ class Job:
         for line in res.stdout.splitlines() if res.returncode == 0 else []:
             fields = dict(re.findall(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|NodeList)=(\S*)", line))
             if "JobId" in fields:
-                task = fields.get("ArrayTaskId")
-                key = f"{fields['ArrayJobId']}_{task}" if task else fields["JobId"]
-                records[key] = "" if fields.get("NodeList", "") in ("", "(null)") else fields["NodeList"]
+                task = fields.get("ArrayTaskId", "")
+                nodes = "" if fields.get("NodeList", "") in ("", "(null)") else fields["NodeList"]
+                key = f"{fields['ArrayJobId']}_[{task}]" if task else fields["JobId"]  # unstarted: 2-3%1
+                records.update(dict.fromkeys(_expand_ids(key), nodes))
         return records
 
     def _job_rows(self) -> list[AccountingRow]:
@@ -654,18 +781,12 @@ class Job:
 
     def __repr__(self) -> str:
         try:
-            states = self._task_states()
+            snap = self.snapshot()
         except (SlurmError, OSError) as err:
             return f"<Job {self.id}: state unknown ({err})>"
-        if self._array_in(states):
-            counts: dict[str, int] = {}
-            for s in states.values():
-                counts[s] = counts.get(s, 0) + 1
-            return f"<Job {self.id} array: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ">"
-        return f"<Job {self.id} {_summarize(states.values())}>"
-
-    def _array_in(self, states: Mapping[str, str]) -> bool:
-        return "_" not in self.id and any("_" in k for k in states)
+        if snap.is_array:
+            return f"<Job {self.id} array: " + ", ".join(f"{n} {s}" for s, n in snap.counts().items()) + ">"
+        return f"<Job {self.id} {snap.state}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id

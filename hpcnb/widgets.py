@@ -9,25 +9,24 @@
     watch(job)          # in Jupyter: a live widget (state, time, nodes, output, Cancel); returns at once
     QueueWidget()       # your jobs in the queue, refreshed while there are any
 
-The widgets poll Slurm from a background thread (so the kernel stays free to run other
-cells) through the job API and Slurm's own commands, the same on the local Slurm and a
-real cluster, and stop polling when the job has ended. Outside Jupyter (a terminal, a
-script, no ipywidgets) :func:`watch` prints the job's progress as text until it ends.
+The widgets follow their jobs through the job API: the kernel's one poller
+(:mod:`hpcnb.poller`) asks Slurm for every widget, wait and job at once from a background
+thread (so the kernel stays free to run other cells), the same on the local Slurm and a real
+cluster, and a widget stops following once its job has ended. Outside Jupyter (a terminal,
+a script, no ipywidgets) :func:`watch` prints the job's progress as text until it ends.
 ipywidgets is imported only when a widget is built.
 """
 from __future__ import annotations
 
 import getpass
 import html
-import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import IO, Any
 
-from hpcnb.jobs import FINISHED_STATES, Job, SlurmError, parse_elapsed
+from hpcnb.jobs import FINISHED_STATES, Job, JobSnapshot, QueueRow, SlurmError, follow_queue, queue
+from hpcnb.poller import Answer, Subscription
 
 __all__ = [
     "STATE_COLOURS",
@@ -52,7 +51,6 @@ STATE_COLOURS: dict[str, str] = {
     "CANCELLED": "#57606a",
 }
 _BAR_STYLES = {"#1a7f37": "success", "#cf222e": "danger", "#9a6700": "warning", "#bc4c00": "warning"}
-_ACTIVE_FIRST = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "PENDING")
 
 
 def colour(state: str) -> str:
@@ -98,121 +96,12 @@ def format_seconds(seconds: int | None) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-@dataclass
-class JobSnapshot:
-    """What Slurm says about a job at one moment (one squeue call, or sacct once it has left the queue)."""
+def snapshot(job: Job | int | str) -> JobSnapshot:
+    """The job's state, times and nodes (:meth:`hpcnb.jobs.Job.snapshot`, from the kernel's poller).
 
-    job_id: str
-    state: str = "UNKNOWN"
-    states: dict[str, str] = field(default_factory=dict)  # per array task (one entry for a plain job)
-    elapsed: int | None = None  # seconds
-    time_limit: int | None = None  # seconds; None: unlimited or unknown
-    nodes: str = ""  # Slurm's node list text, e.g. node[1-2]
-    reason: str = ""
-    exit_code: str = ""  # "0:0" once finished
-    name: str = ""
-    taken: float = field(default_factory=time.monotonic)
-
-    @property
-    def done(self) -> bool:
-        return bool(self.states) and all(s in FINISHED_STATES for s in self.states.values())
-
-    @property
-    def is_array(self) -> bool:
-        return "_" not in self.job_id and any("_" in k for k in self.states)
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s in self.states.values():
-            out[s] = out.get(s, 0) + 1
-        return out
-
-
-def _base_state(text: str) -> str:
-    return text.strip().split(" ")[0].rstrip("+")
-
-
-def _expand(ident: str) -> list[str]:
-    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", ident)
-    if not match:
-        return [ident]
-    out = []
-    for part in match.group(2).split(","):
-        first, _, last = part.partition("-")
-        out += [f"{match.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
-    return out
-
-
-def _summary(states: Mapping[str, str]) -> str:
-    values = list(states.values())
-    if not values:
-        return "UNKNOWN"
-    active = [s for s in values if s not in FINISHED_STATES]
-    if active:
-        return next((s for s in _ACTIVE_FIRST if s in active), active[0])
-    return next((s for s in values if s != "COMPLETED"), "COMPLETED")
-
-
-def _limit(text: str) -> int | None:
-    return parse_elapsed(text) if text.strip() not in ("", "UNLIMITED", "INVALID", "Partition_Limit") else None
-
-
-def _slurm(args: list[str]) -> tuple[int, str, str]:
-    from hpcnb.backend import run
-
-    res = run(args, timeout=60)
-    return res.returncode, res.stdout, res.stderr
-
-
-def snapshot(job: Job) -> JobSnapshot:
-    """The job's state, times and nodes from one squeue call (sacct once it has left the queue).
-
-    Raises :class:`hpcnb.jobs.SlurmError` when neither knows the job.
+    Raises :class:`hpcnb.jobs.SlurmError` when Slurm knows no such job.
     """
-    snap = JobSnapshot(job.id)
-    code, out, _ = _slurm(["squeue", "-h", "-r", "-j", job.id, "-o", "%i|%T|%M|%l|%N|%r|%j"])
-    rows = [line.split("|", 6) for line in out.splitlines() if line.count("|") >= 6] if code == 0 else []
-    if rows and any(_base_state(r[1]) not in FINISHED_STATES for r in rows):
-        elapsed: list[int] = []
-        nodes: list[str] = []
-        for ident, state, used, limit, nodelist, reason, name in rows:
-            for one in _expand(ident.strip()):
-                snap.states[one] = _base_state(state)
-            seconds = parse_elapsed(used)
-            if seconds is not None:
-                elapsed.append(seconds)
-            if nodelist.strip() and nodelist.strip() != "(null)":
-                nodes.append(nodelist.strip())
-            snap.time_limit = _limit(limit)
-            snap.name = name.strip()
-            if reason.strip() and reason.strip() != "None":
-                snap.reason = reason.strip()
-        snap.elapsed = max(elapsed) if elapsed else None
-        snap.nodes = ",".join(dict.fromkeys(nodes))
-        snap.state = _summary(snap.states)
-        return snap
-    code, out, err = _slurm(["sacct", "-X", "-n", "-P", "-j", job.id, "--format",
-                             "JobID,State,Elapsed,Timelimit,NodeList,ExitCode,JobName"])
-    rows = [line.split("|", 6) for line in out.splitlines() if line.count("|") >= 6] if code == 0 else []
-    if not rows:
-        raise SlurmError(f"Slurm knows no job {job.id} (neither squeue nor sacct lists it)", err, code)
-    elapsed, nodes, codes = [], [], []
-    for ident, state, used, limit, nodelist, exit_code, name in rows:
-        for one in _expand(ident.strip()):
-            snap.states[one] = _base_state(state)
-        seconds = parse_elapsed(used)
-        if seconds is not None:
-            elapsed.append(seconds)
-        if nodelist.strip() and nodelist.strip() not in ("None assigned", "(null)"):
-            nodes.append(nodelist.strip())
-        codes.append(exit_code.strip())
-        snap.time_limit = _limit(limit)
-        snap.name = name.strip()
-    snap.elapsed = max(elapsed) if elapsed else None
-    snap.nodes = ",".join(dict.fromkeys(nodes))
-    snap.exit_code = codes[0] if len(set(codes)) == 1 else ",".join(codes)
-    snap.state = _summary(snap.states)
-    return snap
+    return _as_job(job).snapshot()
 
 
 def _tail(job: Job, snap: JobSnapshot, lines: int) -> str:
@@ -222,21 +111,11 @@ def _tail(job: Job, snap: JobSnapshot, lines: int) -> str:
     if snap.state == "PENDING" and not snap.nodes:
         return ""
     try:
+        if not job.output_path.exists():
+            return "" if not snap.done else "(the output file does not exist on this machine)"
         return job.tail(lines)
-    except FileNotFoundError:
-        return "" if not snap.done else "(the output file does not exist on this machine)"
     except (SlurmError, ValueError, OSError) as err:
         return f"({err})"
-
-
-def _default_poll() -> tuple[float, float]:
-    try:
-        from hpcnb.backend import which_slurm
-
-        local = which_slurm() == "local"
-    except Exception:
-        local = False
-    return 0.25, (1.0 if local else 5.0)
 
 
 def _as_job(job: Job | int | str) -> Job:
@@ -261,62 +140,16 @@ def _status_line(snap: JobSnapshot) -> str:
     return text
 
 
-# ------------------------------------------------------------------------------ polling
-
-class _Poller:
-    """A daemon thread calling ``step()`` until it returns True, ``stop()`` or too many errors."""
-
-    def __init__(self, step: Callable[[], bool], first: float, cap: float, name: str) -> None:
-        self._step, self._first, self._cap, self._name = step, first, cap, name
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        interval = self._first
-        while not self._stop.is_set():
-            if self._step():
-                return
-            self._wake.wait(interval)
-            if self._wake.is_set():
-                self._wake.clear()
-                interval = self._first
-            else:
-                interval = min(interval * 1.5, self._cap)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def join(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.running
-
-
 # --------------------------------------------------------------------------- JobWidget
 
 class JobWidget:
     """A live view of one job: state (coloured), elapsed / time limit, nodes, output tail, Cancel.
 
-    Display it (last expression of a cell, or ``display(w)``). A background thread polls Slurm
-    (from every 0.25 s, slowing to 1 s on the local Slurm, 5 s on a real one; ``poll=`` fixes
-    it) and stops once the job has ended. ``w.state`` is the latest state, ``w.wait()`` blocks
-    until polling has stopped, ``w.cancel()`` (or the button) runs scancel.
+    Display it (last expression of a cell, or ``display(w)``). It follows the job through the
+    kernel's one poller (:mod:`hpcnb.poller`: from 0.05 s up to 1 s apart on the local Slurm,
+    2 s up to 10 s on a real one; ``poll=`` fixes it) until the job has ended. ``w.state`` is
+    the latest state, ``w.wait()`` blocks until it has stopped following, ``w.cancel()`` (or the
+    button) runs scancel.
     """
 
     def __init__(self, job: Job | int | str, *, poll: float | None = None, tail_lines: int = 15,
@@ -330,8 +163,9 @@ class JobWidget:
         self.error = ""
         self._lock = threading.Lock()
         self._failures = 0
-        first, cap = _default_poll()
-        self._poller = _Poller(self._step, poll or first, poll or cap, f"hpcnb-watch-{self.job.id}")
+        self._poll = poll
+        self._updates: Subscription | None = None
+        self._stopped = threading.Event()
 
         self.title = w.HTML(f"<b>Slurm job {html.escape(self.job.id)}</b>", layout=w.Layout(margin="0 12px 0 0"))
         self.state_label = w.HTML(self._badge("UNKNOWN"), layout=w.Layout(margin="0 12px 0 0"))
@@ -382,40 +216,53 @@ class JobWidget:
 
     # -- polling ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start (or restart) polling."""
-        self._poller.start()
+        """Start (or restart) following the job."""
+        if self.polling:
+            return
+        self._stopped.clear()
+        self._updates = self.job.follow(self._on_answer, poll=self._poll)
 
     def stop(self) -> None:
-        """Stop polling (the job keeps running)."""
-        self._poller.stop()
+        """Stop following (the job keeps running)."""
+        if self._updates is not None:
+            self._updates.close()
+        self._stopped.set()
 
     @property
     def polling(self) -> bool:
-        return self._poller.running
+        return self._updates is not None and not self._updates.closed
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until polling stopped (the job ended); return the state. TimeoutError otherwise."""
-        if not self._poller.join(timeout):
+        """Block until it stopped following (the job ended); return the state. TimeoutError otherwise."""
+        if not self._stopped.wait(timeout):
             raise TimeoutError(f"job {self.job.id} still {self.state} after {timeout:g} s")
         return self.state
 
-    def _step(self) -> bool:
-        """One poll; True when there is nothing more to watch."""
-        try:
-            snap = snapshot(self.job)
-        except SlurmError as err:
-            self._failures += 1
-            self.error = str(err)
-            self.message.value = f'<span style="color:#cf222e">{html.escape(str(err))}</span>'
-            return (self._failures >= 5 and self.snapshot is None) or self._failures >= 30
+    def _on_answer(self, answer: Answer) -> None:
+        """One poll's word on the job (in the poller's thread); stops following once it has ended."""
+        if answer.error is not None:
+            self._show_error(answer.error)
+            if (self._failures >= 5 and self.snapshot is None) or self._failures >= 30:
+                self.stop()
+            return
         self._failures = 0
-        tail = _tail(self.job, snap, self.tail_lines)
-        self._apply(snap, tail)
-        return snap.done
+        self._apply(answer.value, _tail(self.job, answer.value, self.tail_lines))
+        if answer.value.done:
+            self.stop()
+
+    def _show_error(self, err: BaseException) -> None:
+        self._failures += 1
+        self.error = str(err)
+        self.message.value = f'<span style="color:#cf222e">{html.escape(str(err))}</span>'
 
     def refresh(self) -> JobSnapshot | None:
-        """Poll once now (also done by the background thread)."""
-        self._step()
+        """Ask now (also done whenever the poller polls)."""
+        try:
+            snap = self.job.snapshot()
+        except SlurmError as err:
+            self._show_error(err)
+            return self.snapshot
+        self._apply(snap, _tail(self.job, snap, self.tail_lines))
         return self.snapshot
 
     def _apply(self, snap: JobSnapshot, tail: str) -> None:
@@ -465,9 +312,7 @@ class JobWidget:
             return False
         self.message.value = (f"<b>scancel {html.escape(self.job.id)}</b> sent" if cancelled
                               else "<b>the job had already finished</b>")
-        if not self._poller.running:
-            self.start()
-        self._poller.wake()
+        self.start()  # the poller hears of the change (Job.cancel) and asks again soon
         return cancelled
 
     def close(self) -> None:
@@ -489,8 +334,7 @@ class TextWatch:
         self.heartbeat = heartbeat
         self.state = "UNKNOWN"
         self.snapshot: JobSnapshot | None = None
-        first, cap = _default_poll()
-        self._first, self._cap = poll or first, poll or cap
+        self._poll = poll
 
     def _print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout, flush=True)
@@ -498,29 +342,30 @@ class TextWatch:
     def run(self, timeout: float | None = None) -> str:
         """Print progress until the job ends (or ``timeout`` s: TimeoutError); return the final state."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        interval, last_line, last_print, failures = self._first, "", 0.0, 0
-        while True:
-            try:
-                snap = snapshot(self.job)
-                failures = 0
-            except SlurmError:
-                failures += 1
-                if failures >= 5:
-                    raise
-                time.sleep(interval)
-                continue
-            self.snapshot, self.state = snap, snap.state
-            key = f"{snap.state}|{snap.nodes}|{snap.counts()}"
-            now = time.monotonic()
-            if key != last_line or (self.heartbeat and now - last_print >= self.heartbeat):
-                self._print(f"job {self.job.id}: {_status_line(snap)}")
-                last_line, last_print = key, now
-            if snap.done:
-                break
-            if deadline is not None and now >= deadline:
-                raise TimeoutError(f"job {self.job.id} still {snap.state} after {timeout:g} s")
-            time.sleep(interval)
-            interval = min(interval * 1.5, self._cap)
+        last_line, last_print, failures, seen = "", 0.0, 0, []
+        snap = None
+        with self.job.follow(poll=self._poll) as updates:
+            while snap is None or not snap.done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {self.job.id} still {self.state} after {timeout:g} s "
+                                       f"(seen: {', '.join(seen) or 'nothing'})")
+                answer = updates.next(timeout=left)
+                if answer is None:
+                    continue
+                if answer.error is not None:
+                    failures += 1
+                    if failures >= 5:
+                        raise answer.error
+                    continue
+                failures, snap = 0, answer.value
+                self.snapshot, self.state = snap, snap.state
+                seen += [] if snap.state in seen else [snap.state]
+                key = f"{snap.state}|{snap.nodes}|{snap.counts()}"
+                now = time.monotonic()
+                if key != last_line or (self.heartbeat and now - last_print >= self.heartbeat):
+                    self._print(f"job {self.job.id}: {_status_line(snap)}")
+                    last_line, last_print = key, now
         tail = _tail(self.job, snap, self.tail_lines)
         if tail.strip():
             self._print(f"--- last lines of job {self.job.id}'s output ---\n{tail.rstrip()}")
@@ -552,13 +397,7 @@ def watch(job: Job | int | str, *, poll: float | None = None, tail_lines: int = 
 _QUEUE_COLUMNS = ("JOBID", "NAME", "PARTITION", "STATE", "TIME", "TIME_LIMIT", "NODES", "NODELIST(REASON)")
 
 
-def _queue_rows(user: str | None) -> list[Any]:
-    from hpcnb.jobs import queue
-
-    return queue(user=user)
-
-
-def format_queue(rows: list[Any]) -> str:
+def format_queue(rows: list[QueueRow]) -> str:
     """squeue-like text table of :class:`hpcnb.jobs.QueueRow`."""
     table = [_QUEUE_COLUMNS] + [
         (r.job_id, r.name, r.partition, r.state, format_seconds(r.time), r.time_limit, str(r.nodes),
@@ -572,8 +411,8 @@ def format_queue(rows: list[Any]) -> str:
 class QueueWidget:
     """Your jobs in the queue (``squeue -u $USER``): a coloured table, Refresh, and Cancel for one job.
 
-    Refreshes in the background every ``poll`` s (2 s on the local Slurm, 10 s on a real one)
-    until the queue has been empty for ``idle_stop`` s; Refresh starts it again.
+    Follows the queue through the kernel's one poller (:mod:`hpcnb.poller`; ``poll=`` fixes the
+    seconds between polls) until the queue has been empty for ``idle_stop`` s; Refresh starts it again.
     """
 
     def __init__(self, user: str | None = None, *, poll: float | None = None, idle_stop: float = 60.0,
@@ -581,13 +420,13 @@ class QueueWidget:
         import ipywidgets as w
 
         self.user = user or getpass.getuser()
-        self.rows: list[Any] = []
+        self.rows: list[QueueRow] = []
         self.error = ""
         self.idle_stop = idle_stop
         self._empty_since: float | None = None
-        _, cap = _default_poll()
-        interval = poll or (2.0 if cap <= 1.0 else 10.0)
-        self._poller = _Poller(self._step, interval, interval, f"hpcnb-queue-{self.user}")
+        self._poll = poll
+        self._updates: Subscription | None = None
+        self._lock = threading.Lock()
         self.title = w.HTML(f"<b>Jobs of {html.escape(self.user)}</b>", layout=w.Layout(margin="0 12px 0 0"))
         self.table = w.HTML("")
         self.table.add_class("hpcnb-queue-table")
@@ -605,7 +444,7 @@ class QueueWidget:
         self.widget.add_class("hpcnb-queue-widget")
         self.refresh()
         if autostart:
-            self._poller.start()
+            self.start()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = self.widget._repr_mimebundle_(**kwargs)
@@ -613,41 +452,56 @@ class QueueWidget:
             bundle["text/plain"] = f"QueueWidget(user {self.user})"
         return bundle
 
-    def _restart(self) -> None:
+    def start(self) -> None:
+        """Start (or restart) following the queue."""
         self._empty_since = None
-        self.refresh()
-        self._poller.start()
+        if not self.polling:
+            self._updates = follow_queue(self.user, self._on_answer, poll=self._poll)
 
-    def _step(self) -> bool:
+    def _restart(self) -> None:
         self.refresh()
+        self.start()
+
+    def _on_answer(self, answer: Answer) -> None:
+        """One poll's rows (in the poller's thread); stops after ``idle_stop`` s of an empty queue."""
+        if answer.error is not None:
+            self._show(error=answer.error)
+            return
+        self._show(rows=answer.value)
         if self.rows:
             self._empty_since = None
-            return False
+            return
         now = time.monotonic()
         self._empty_since = self._empty_since or now
-        return now - self._empty_since >= self.idle_stop
+        if now - self._empty_since >= self.idle_stop:
+            self.stop()
 
-    def refresh(self) -> list[Any]:
+    def refresh(self) -> list[QueueRow]:
         """Ask squeue now and redraw."""
         try:
-            rows = _queue_rows(self.user)
-            self.error = ""
+            self._show(rows=queue(self.user))
         except SlurmError as err:
-            self.error = str(err)
-            self.message.value = f'<span style="color:#cf222e">{html.escape(str(err))}</span>'
-            return self.rows
-        self.rows = rows
-        self.table.value = self._html(rows)
-        ids = [r.job_id for r in rows if r.state not in FINISHED_STATES]
-        if list(self.choice.options) != ids:
-            keep = self.choice.value if self.choice.value in ids else (ids[0] if ids else None)
-            self.choice.options = ids
-            self.choice.value = keep
-        self.cancel_button.disabled = not ids
-        return rows
+            self._show(error=err)
+        return self.rows
+
+    def _show(self, rows: list[QueueRow] | None = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if error is not None:
+                self.error = str(error)
+                self.message.value = f'<span style="color:#cf222e">{html.escape(str(error))}</span>'
+                return
+            self.error = ""
+            self.rows = rows or []
+            self.table.value = self._html(self.rows)
+            ids = [r.job_id for r in self.rows if r.state not in FINISHED_STATES]
+            if list(self.choice.options) != ids:
+                keep = self.choice.value if self.choice.value in ids else (ids[0] if ids else None)
+                self.choice.options = ids
+                self.choice.value = keep
+            self.cancel_button.disabled = not ids
 
     @staticmethod
-    def _html(rows: list[Any]) -> str:
+    def _html(rows: list[QueueRow]) -> str:
         if not rows:
             return '<i style="color:#57606a">no jobs in the queue</i>'
         head = "".join(f'<th style="text-align:left;padding:2px 8px">{c}</th>' for c in _QUEUE_COLUMNS)
@@ -677,11 +531,13 @@ class QueueWidget:
         return done
 
     def stop(self) -> None:
-        self._poller.stop()
+        """Stop following the queue."""
+        if self._updates is not None:
+            self._updates.close()
 
     @property
     def polling(self) -> bool:
-        return self._poller.running
+        return self._updates is not None and not self._updates.closed
 
     def close(self) -> None:
         self.stop()
@@ -692,5 +548,5 @@ def watch_queue(user: str | None = None, *, mode: str = "auto") -> QueueWidget |
     """Your jobs: a :class:`QueueWidget` in Jupyter, else the table printed once."""
     if mode == "widget" or (mode == "auto" and in_jupyter() and _widgets_available()):
         return QueueWidget(user)
-    print(format_queue(_queue_rows(user or getpass.getuser())))
+    print(format_queue(queue(user or getpass.getuser())))
     return None

@@ -141,6 +141,22 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
         log.close()
 
 
+def run_all_cells(page, notebook) -> None:
+    """Run > Run All Cells in JupyterLab, until a cell has started (also used by test_portal.py)."""
+    from playwright.sync_api import expect
+
+    started = notebook.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    for attempt in range(3):  # a click that lands while the session is still connecting is lost
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        try:
+            expect(started).not_to_have_count(0, timeout=30_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+
+
 def test_server_lists_the_course_kernel(lab) -> None:
     specs = _get(f"{lab['url']}/api/kernelspecs", lab["token"])["kernelspecs"]
     assert COURSE_KERNEL in specs, f"`hpcnb kernel install` did not register the course kernel: {sorted(specs)}"
@@ -165,16 +181,7 @@ def test_widget_in_jupyterlab(lab) -> None:
             expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
             if lab["kernel"] == COURSE_KERNEL:
                 expect(notebook.locator(".jp-KernelName")).to_contain_text("hpcnb")
-            started = notebook.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
-            for attempt in range(3):  # a click that lands while the session is still connecting is lost
-                page.get_by_role("menuitem", name="Run", exact=True).click()
-                page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-                try:
-                    expect(started).not_to_have_count(0, timeout=30_000)
-                    break
-                except AssertionError:
-                    if attempt == 2:
-                        raise
+            run_all_cells(page, notebook)
             widget = notebook.locator(".hpcnb-job-widget")
             expect(widget).to_be_visible()
             expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)

@@ -14,9 +14,12 @@ from hpcnb.jobs import (
     Job,
     JobFailed,
     JobNotFound,
+    JobSnapshot,
+    QueueRow,
     SubmitError,
     _expand_ids,
     _summarize,
+    _tasks_of,
     parse_elapsed,
     parse_size,
     queue,
@@ -69,6 +72,22 @@ def test_array_id_ranges_and_summary() -> None:
     assert _summarize(["COMPLETED", "TIMEOUT", "FAILED"]) == "TIMEOUT"
     assert _summarize(["COMPLETED"] * 3) == "COMPLETED"
     assert {"BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "PREEMPTED"} <= FINISHED_STATES
+
+
+def test_one_snapshot_from_squeue_and_sacct_lines() -> None:
+    """What one poll reads: a running task from squeue, the rest of the array from sacct (22.05
+    gives the tasks that never started one record, the array's own), a name with a '|'."""
+    queued = [QueueRow.parse("7_1|8|debug|me|RUNNING|0:05|1:00|1|node1|None|a|b")]
+    accounted = [QueueRow.parse(line, accounted=True) for line in (
+        "7_2|9|debug|me|COMPLETED|00:00:03|00:01:00|1|node2|None|0:0|a|b",
+        "7_[3-4%1]|7|debug|me|CANCELLED by 0|00:00:00|00:01:00|1|None assigned|None|0:0|a|b")]
+    assert queued[0].raw_id == "8" and queued[0].name == "a|b" and accounted[1].state == "CANCELLED"
+    snap = JobSnapshot.from_tasks("7", {**_tasks_of("7", accounted), **_tasks_of("7", queued)})
+    assert snap.states == {"7_2": "COMPLETED", "7_3": "CANCELLED", "7_4": "CANCELLED", "7_1": "RUNNING"}
+    assert (snap.state, snap.is_array, snap.done, snap.elapsed, snap.time_limit) == ("RUNNING", True, False, 5, 60)
+    assert (snap.nodes, snap.reason, snap.exit_code, snap.name) == ("node2,node1", "", "0:0", "a|b")
+    assert list(_tasks_of("8", queued)) == ["7_1"]  # a task by its own job id
+    assert _tasks_of("17", queued) == {} and QueueRow.parse("not a row") is None
 
 
 def test_bad_calls_fail_before_slurm() -> None:
@@ -138,6 +157,18 @@ def test_wait_accounted_waits_for_every_array_task_and_node(monkeypatch: pytest.
     monkeypatch.setattr(jobs.time, "sleep", lambda _: None)
     assert Job("7").wait_accounted(timeout=10) == "COMPLETED"
     assert calls == ["sacct", "scontrol", "sacct", "sacct"]
+
+
+def test_wait_accounted_ends_for_an_array_cancelled_with_unstarted_tasks(workdir: Path) -> None:
+    """scontrol says ``ArrayTaskId=2-3%1`` for the unstarted tasks, sacct ``N_[2-3%1]``: one record."""
+    job = submit(wrap="sleep 60", array="1-3%1", cwd=workdir)
+    try:
+        deadline = time.monotonic() + WAIT
+        while "RUNNING" not in job.states.values() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        job.cancel()
+    assert job.wait_accounted(timeout=30) == "CANCELLED"
 
 
 def test_wait_accounted_names_the_rows_it_still_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,8 +261,11 @@ def test_time_limit_overrun_is_timeout(workdir: Path) -> None:
 
 def test_wait_timeout_leaves_the_job_running(workdir: Path) -> None:
     job = submit(wrap="sleep 30")
-    with pytest.raises(TimeoutError, match=f"job {job.id} is still .* job.cancel"):
+    with pytest.raises(TimeoutError, match=rf"job {job.id} is still .* after 0.3 s \(seen: .*\).* job.cancel"):
         job.wait(timeout=0.3, quiet=True)
+    _wait_until(lambda: job.state == "RUNNING")
+    with pytest.raises(TimeoutError, match=rf"job {job.id} is still RUNNING after 3 s \(seen: RUNNING\)"):
+        job.wait(timeout=3, quiet=True)  # (its first poll may take a second on a loaded machine)
     assert job.state in ("PENDING", "RUNNING")
     job.cancel()
 

@@ -1,14 +1,17 @@
-"""Tests for hpcnb.tunnel: rendering and validation, then real tunnels through a throwaway sshd.
+"""Tests for hpcnb.tunnel: rendering and validation, the private server file, then real tunnels
+through a throwaway sshd.
 
 The ``ssh`` tests start ``/usr/sbin/sshd`` on 127.0.0.1 (two ports: one plays the login
 node, the other the compute node), start a small HTTP server on 127.0.0.1 as a stand-in
-for JupyterLab, run the generated ``ssh`` commands and fetch a random marker through them.
+for JupyterLab, run the generated ``ssh`` commands and fetch a random marker through them;
+two of them start the real JupyterLab from :func:`jupyter_script` (about 5 s each).
 """
 
 from __future__ import annotations
 
 import http.client
 import http.server
+import json
 import os
 import pwd
 import secrets
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from hpcnb.tunnel import (
-    REMOTE_PORT_RANGE, TunnelPlan, free_local_port, pick_remote_port, plan_for_job,
-    validate_host, validate_port, validate_user,
+    ServerInfo, TunnelPlan, UnsafeServerFile, free_local_port, jupyter_argv, jupyter_script, plan_for_server,
+    read_server_file, validate_host, validate_port, validate_user, wait_for_server_file, write_server_file,
 )
 
 SSHD = "/usr/sbin/sshd"
@@ -112,32 +116,47 @@ def test_ssh_config_is_understood_by_real_ssh(tmp_path: Path, login: str, node: 
     assert to_login["hostname"] == login and "proxyjump" not in to_login
 
 
-def test_jupyter_command_binds_loopback_without_token_in_argv() -> None:
-    plan = sissa()
-    argv = plan.jupyter_argv()
-    assert argv == ["jupyter", "lab", "--no-browser", "--ip=127.0.0.1", "--port=34567",
-                    "--ServerApp.port_retries=0"]
+def test_jupyter_command_binds_loopback_on_a_port_of_its_own_without_token_in_argv() -> None:
+    argv = jupyter_argv()
+    assert argv == ["jupyter", "lab", "--no-browser", "--ip=127.0.0.1", "--port=0", "--ServerApp.port_retries=0"]
     assert not any("token" in a.lower() for a in argv)
-    assert plan.jupyter_argv(ip="cn042")[3] == "--ip=cn042"
+    assert jupyter_argv(ip="cn042")[3] == "--ip=cn042"
     for bad in ("0.0.0.0", "::", "*", ""):
         with pytest.raises(ValueError, match="127.0.0.1"):
-            plan.jupyter_argv(ip=bad)
+            jupyter_argv(ip=bad)
 
 
-def test_jupyter_script_keeps_token_private(tmp_path: Path) -> None:
-    script = sissa().jupyter_script()
-    assert script.splitlines()[-1] == "jupyter lab --no-browser --ip=127.0.0.1 --port=34567 --ServerApp.port_retries=0"
-    setup = "\n".join(script.splitlines()[:-1])  # everything but starting Jupyter
-    run = subprocess.run(["bash", "-euc", setup + '\nprintf %s "$JUPYTER_TOKEN" > "$HOME/seen"'],
-                         env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
-                         capture_output=True, text=True, timeout=30, check=True)
-    token_file = tmp_path / ".jupyter" / "hpcnb_token"
-    token = token_file.read_text().strip()
-    assert len(token) >= 32 and (tmp_path / "seen").read_text() == token
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-    assert token not in run.stdout + run.stderr  # never printed into the job's log
-    with pytest.raises(ValueError, match="token_file"):
-        sissa().jupyter_script(token_file="~/x; rm -rf ~")
+def _fake_jupyter(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``jupyter`` records its argv, runtime folder and token, then exits."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "jupyter"
+    fake.write_text('#!/bin/bash\nprintf "%s\\n" "$*" "$JUPYTER_RUNTIME_DIR" "$JUPYTER_TOKEN" "$(umask)" > "$HOME/seen"\n')
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+
+
+def test_jupyter_script_makes_a_private_folder_and_keeps_the_token_out_of_sight(tmp_path: Path) -> None:
+    env = _fake_jupyter(tmp_path)
+    run = subprocess.run(["bash", "-c", jupyter_script()], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    argv, runtime, token, umask = (Path(env["HOME"]) / "seen").read_text().splitlines()
+    folder = Path(env["HOME"]) / ".jupyter" / "hpcnb-jobs" / "4242"
+    assert argv == "lab --no-browser --ip=127.0.0.1 --port=0 --ServerApp.port_retries=0"
+    assert runtime == str(folder) and umask == "0077"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
+    assert len(token) >= 32 and token not in run.stdout + run.stderr + argv  # never printed, never in argv
+    again = subprocess.run(["bash", "-c", jupyter_script()], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "File exists" in again.stderr  # a job folder is never reused
+    outside = subprocess.run(["bash", "-c", jupyter_script("scratch/jobs")], capture_output=True, text=True,
+                             timeout=60, env={**env, "SLURM_JOB_ID": ""}, cwd=tmp_path)
+    assert outside.returncode != 0 and "not inside a Slurm job" in outside.stderr
+    for bad in ("~/x; rm -rf ~", "~/../x", "a b", "$HOME/x"):
+        with pytest.raises(ValueError, match="folder"):
+            jupyter_script(bad)
 
 
 def test_local_url() -> None:
@@ -148,25 +167,9 @@ def test_local_url() -> None:
 def test_render_mentions_every_piece() -> None:
     text = sissa().render()
     for piece in ("-J alice@frontend1.hpc.sissa.it", "127.0.0.1:8888:cn042:34567", "ProxyJump frontend1",
-                  "export JUPYTER_TOKEN=", "http://127.0.0.1:8888/lab", "0.0.0.0", "pam_slurm_adopt"):
+                  "--port=0", "umask 077", "http://127.0.0.1:8888/lab", "0.0.0.0", "pam_slurm_adopt",
+                  "~/.jupyter/hpcnb-jobs/<job id>"):
         assert piece in text
-
-
-def test_remote_port_is_deterministic_and_in_range() -> None:
-    low, high = REMOTE_PORT_RANGE
-    assert pick_remote_port("alice", 123456) == pick_remote_port("alice", "123456")
-    # Stable across interpreters (no reliance on Python's randomized hash()).
-    other = subprocess.run([sys.executable, "-c", "from hpcnb.tunnel import pick_remote_port as p;"
-                            "print(p('alice', 123456))"], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "random",
-                                "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert int(other.stdout) == pick_remote_port("alice", 123456)
-    ports = [pick_remote_port(user, job) for user in ("alice", "bob", "carol", "dave")
-             for job in range(1_000_000, 1_000_100)]
-    assert all(low <= p <= high for p in ports)
-    assert len(set(ports)) > 0.98 * len(ports)  # 400 jobs on one node: a few clashes at most
-    assert pick_remote_port("alice", 7) != pick_remote_port("bob", 7)
-    assert pick_remote_port("alice", "123_4") != pick_remote_port("alice", 1234)
 
 
 def test_free_local_port_is_bindable_on_loopback() -> None:
@@ -176,9 +179,105 @@ def test_free_local_port_is_bindable_on_loopback() -> None:
         sock.bind(("127.0.0.1", port))
 
 
-def test_plan_for_job_uses_derived_ports() -> None:
-    plan = plan_for_job("alice", "narval.alliancecan.ca", "nc30328", 42)
-    assert plan.remote_port == pick_remote_port("alice", 42) and 1024 <= plan.local_port <= 65535
+# ---------------------------------------------------------------- the server file
+
+def test_server_file_is_created_0600_in_a_0700_folder_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)  # the most permissive umask: the modes must not depend on it
+    try:
+        path = write_server_file(tmp_path / "job-7", 45678, "s3cret-token")
+    finally:
+        os.umask(old)
+    assert path == tmp_path / "job-7" / f"jpserver-{os.getpid()}.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_uid == os.geteuid()
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
+    info = read_server_file(path.parent)  # the folder: its one server file
+    assert (info.port, info.token, info.hostname, info.pid, info.path) == (45678, "s3cret-token", "127.0.0.1",
+                                                                           os.getpid(), path)
+    assert "s3cret-token" not in repr(info)
+
+
+def test_server_file_never_replaces_or_writes_through_an_existing_name(tmp_path: Path) -> None:
+    first = write_server_file(tmp_path, 45678, "mine")
+    with pytest.raises(FileExistsError):
+        write_server_file(tmp_path, 45679, "again")
+    assert read_server_file(first).port == 45678
+    first.unlink()
+    target = tmp_path / "elsewhere.json"
+    first.symlink_to(target)  # a link planted where the file goes
+    with pytest.raises(FileExistsError):
+        write_server_file(tmp_path, 45680, "mine")
+    assert not target.exists()
+
+
+def test_server_file_reads_jupyters_own_format(tmp_path: Path) -> None:
+    path = tmp_path / "jpserver-31337.json"
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"base_url": "/", "hostname": "127.0.0.1", "password": False, "pid": 31337,
+                                "port": 40001, "root_dir": "/home/alice", "secure": False, "sock": "",
+                                "token": "abc123", "url": "http://127.0.0.1:40001/", "version": "2.21.1"}))
+    assert read_server_file(tmp_path) == ServerInfo(path, 40001, "abc123", "127.0.0.1", 31337)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o620, 0o602, 0o660, 0o666, 0o610])
+def test_server_file_readable_or_writable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = write_server_file(tmp_path, 45678, "token")
+    path.chmod(mode)
+    with pytest.raises(UnsafeServerFile, match=f"mode {mode:04o}: group or others.*leaked.*umask 077"):
+        read_server_file(path)
+    with pytest.raises(UnsafeServerFile):  # and waiting does not wait for it to become safe
+        wait_for_server_file(tmp_path, timeout=30)
+
+
+def test_server_file_of_another_user_or_through_a_link_is_refused(tmp_path: Path) -> None:
+    path = write_server_file(tmp_path / "job", 45678, "token")
+    link = tmp_path / "jpserver-1.json"
+    link.symlink_to(path)
+    with pytest.raises(UnsafeServerFile, match="symbolic link"):
+        read_server_file(link)
+    if os.geteuid() != 0:
+        pytest.skip("making a file another user owns needs root (CI runs as root)")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(path, nobody, -1)
+    with pytest.raises(UnsafeServerFile, match=f"belongs to uid {nobody}, not to you"):
+        read_server_file(path)
+
+
+def test_server_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no server file"):
+        read_server_file(tmp_path)
+    for text, why in (('{"port": 4', "not a complete JSON"), ("[]", "no JSON object"),
+                      ('{"port": "x", "token": "t"}', "port='x'"), ('{"port": 40000}', "no token"),
+                      ('{"port": 40000, "token": "a\\nb"}', "token")):
+        path = tmp_path / "jpserver-1.json"
+        path.unlink(missing_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            read_server_file(path)
+    write_server_file(tmp_path, 45678, "token")
+    with pytest.raises(ValueError, match="2 server files"):
+        read_server_file(tmp_path)
+
+
+def test_waiting_for_the_server_file_ends_with_what_it_saw(tmp_path: Path) -> None:
+    with pytest.raises(TimeoutError, match=r"after 0.3 s \(job RUNNING\): .*no server file"):
+        wait_for_server_file(tmp_path, timeout=0.3, poll=0.05)
+    with pytest.raises(RuntimeError, match="job is FAILED"):
+        wait_for_server_file(tmp_path / "never", timeout=30, job_state=lambda: "FAILED")
+    threading.Timer(0.3, write_server_file, (tmp_path, 45678, "late")).start()
+    assert wait_for_server_file(tmp_path, timeout=30, poll=0.05).token == "late"
+
+
+def test_plan_for_server_takes_the_port_from_the_file(tmp_path: Path) -> None:
+    write_server_file(tmp_path, 45678, "token")
+    plan = plan_for_server("alice", "narval.alliancecan.ca", "nc30328", tmp_path)
+    assert plan.remote_port == 45678 and 1024 <= plan.local_port <= 65535
+    info = read_server_file(tmp_path)
+    assert plan_for_server("alice", "narval.alliancecan.ca", "nc30328", info, local_port=9999).local_port == 9999
+    (tmp_path / f"jpserver-{os.getpid()}.json").chmod(0o644)
+    with pytest.raises(UnsafeServerFile):
+        plan_for_server("alice", "narval.alliancecan.ca", "nc30328", tmp_path)
 
 
 @pytest.mark.parametrize("host", ["a;b", "host name", "$(reboot)", "`id`", "-oProxyCommand=x", "a..b",
@@ -211,8 +310,6 @@ def test_other_validation() -> None:
         sissa(ssh_options={"UserKnownHostsFile": "a\nProxyCommand evil"})
     with pytest.raises(ValueError, match="identity_file"):
         sissa(identity_file="~/.ssh/key%h")
-    with pytest.raises(ValueError, match="job_id"):
-        pick_remote_port("alice", "1; rm")
     assert validate_host("127.0.0.1") == "127.0.0.1" and validate_user("root") == "root"
     assert validate_port(22, low=1) == 22
 
@@ -291,13 +388,32 @@ LogLevel VERBOSE
             proc.wait()
 
 
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """An HTTP server with ``handler`` on 127.0.0.1 (a port of its own), for the ``with`` block: its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 @pytest.fixture()
 def jupyter_standin() -> Iterator[tuple[int, str]]:
     """An HTTP server on 127.0.0.1 serving a random marker: (port, marker)."""
     marker = f"hpcnb-marker-{secrets.token_hex(16)}"
     body = f"<html><body>{marker}</body></html>".encode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(_QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -305,18 +421,8 @@ def jupyter_standin() -> Iterator[tuple[int, str]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], marker
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with _serving(Handler) as port:
+        yield port, marker
 
 
 def _test_plan(server: SshServer, remote_port: int, **kw: object) -> TunnelPlan:
@@ -401,6 +507,95 @@ def test_unauthorized_key_fails_with_sshs_reason(sshd: SshServer, tmp_path: Path
             pass
 
 
+@pytest.fixture()
+def squatter() -> Iterator[tuple[int, list[str]]]:
+    """Another process holding a port on the node: (its port, the Authorization headers sent to it)."""
+    knocks: list[str] = []
+
+    class Handler(_QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            knocks.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    with _serving(Handler) as port:
+        yield port, knocks
+
+
+@contextmanager
+def _job(script: str, home: Path, job_id: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """Run job-script lines as the batch shell would (``$SLURM_JOB_ID`` set, output to a log)."""
+    config = home / "jupyter-config"
+    config.mkdir(exist_ok=True)  # as root (CI), Jupyter wants allow_root; a job runs as its user
+    (config / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"allow_root": True}}))
+    env = {"HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "LANG": "C.UTF-8",
+           "SLURM_JOB_ID": job_id, "JUPYTER_CONFIG_DIR": str(config)}
+    log = home / f"slurm-{job_id}.out"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["bash", "-c", script], cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc, log
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group of ``proc`` (started with a session of its own), SIGKILL after 30 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _state(proc: subprocess.Popen[bytes]) -> str:
+    return "RUNNING" if proc.poll() is None else f"ended with exit code {proc.returncode}"
+
+
+@pytest.mark.ssh
+def test_jupyter_from_the_job_script_through_the_tunnel(sshd: SshServer, squatter: tuple[int, list[str]],
+                                                        tmp_path: Path) -> None:
+    """The real JupyterLab of jupyter_script(): a port of its own, port and token in a 0600 file that
+    plan_for_server reads, reached through the tunnel; the process on another port gets nothing."""
+    taken, knocks = squatter
+    folder = tmp_path / ".jupyter" / "hpcnb-jobs" / "4242"
+    with _job(jupyter_script(), tmp_path, "4242") as (proc, log):
+        server = wait_for_server_file(folder, timeout=120, job_state=lambda: _state(proc))
+        assert server.port != taken and server.pid is not None
+        assert stat.S_IMODE(server.path.stat().st_mode) == 0o600 and server.path.stat().st_uid == os.geteuid()
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        plan = plan_for_server(sshd.user, "127.0.0.1", "127.0.0.1", folder, login_port=sshd.login_port,
+                               node_ssh_port=sshd.node_port, identity_file=str(sshd.key),
+                               ssh_options=sshd.options(), config_file=os.devnull)
+        assert plan.remote_port == server.port
+        with _tunnel(plan.jump_argv(), plan.local_port):
+            status, body = _api_status(plan.local_port, server.token)
+            assert status == 200 and "started" in json.loads(body), body
+            assert _api_status(plan.local_port, None)[0] == 403
+        _stop(proc)  # a clean shutdown takes the server file away
+        assert not list(folder.glob("jpserver-*.json"))
+        assert server.token not in log.read_text(errors="replace")
+    assert knocks == []
+
+
+def test_jupyter_on_a_port_taken_by_another_process_stops_and_reports_nothing(
+        squatter: tuple[int, list[str]], tmp_path: Path) -> None:
+    """Told a fixed port that another process holds, JupyterLab exits instead of serving elsewhere,
+    and the wait for its server file ends with the job's state (a predicted port fails like this)."""
+    taken, knocks = squatter
+    script = jupyter_script().replace("--port=0", f"--port={taken}")
+    folder = tmp_path / ".jupyter" / "hpcnb-jobs" / "4243"
+    with _job(script, tmp_path, "4243") as (proc, log):
+        with pytest.raises(RuntimeError, match="job is ended with exit code 1"):
+            wait_for_server_file(folder, timeout=120, job_state=lambda: _state(proc))
+        assert f"The port {taken} is already in use" in log.read_text(errors="replace")
+    assert not list(folder.glob("jpserver-*.json")) and knocks == []
+
+
 # ---------------------------------------------------------------- helpers
 
 def _missing(what: str) -> None:
@@ -468,13 +663,7 @@ def _tunnel(argv: Sequence[str], local_port: int, timeout: float = 20) -> Iterat
                 time.sleep(0.05)
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # ssh and its ProxyCommand child
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop(proc)  # ssh and its ProxyCommand child
         if proc.stderr:
             proc.stderr.close()
 
@@ -483,6 +672,27 @@ def _fetch(local_port: int, timeout: float = 10) -> str:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
     with opener.open(f"http://127.0.0.1:{local_port}/", timeout=timeout) as response:
         return response.read().decode()
+
+
+def _api_status(local_port: int, token: str | None, timeout: float = 60) -> tuple[int, str]:
+    """GET /api/status through the tunnel, with ``Authorization: token ...`` if given: (status, body).
+
+    Jupyter writes its server file just before it starts listening: retried until it answers.
+    """
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://127.0.0.1:{local_port}/api/status",
+                                     headers={"Authorization": f"token {token}"} if token else {})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with opener.open(request, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _connections(server: SshServer) -> tuple[int, int]:

@@ -51,6 +51,16 @@ def job_id_text(job: dict[str, Any]) -> str:
     return str(job["id"])
 
 
+def array_tasks_text(array_job_id: int, tasks: list[int], throttle: int | None) -> str:
+    """Array tasks that share one record (not started yet), as squeue and sacct print them:
+    ``7_[1-3,5%2]`` (the throttle after ``%``), or ``7_4`` when only one is left."""
+    from .commands.common import int_ranges
+
+    if len(tasks) == 1:
+        return f"{array_job_id}_{tasks[0]}"
+    return f"{array_job_id}_[{int_ranges(tasks)}{f'%{throttle}' if throttle else ''}]"
+
+
 def run_time(job: dict[str, Any], now: float | None = None) -> float:
     if not job["start_time"]:
         return 0.0

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcnb.jobs import _expand_ids as expand_array_ids
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"
 REAL_SLURM_SH = ROOT / "ci" / "real-slurm.sh"
@@ -207,13 +209,14 @@ class Side:
 
     def wait_done(self, job_id: int, cwd: Path, timeout: float = 180) -> dict[str, str]:
         """Wait until the job has ended and its accounting record (job and steps) is final."""
-        tasks = set(self.wait_state(job_id, cwd, FINAL_STATES, timeout))
+        tasks = {task for text in self.wait_state(job_id, cwd, FINAL_STATES, timeout) for task in expand_array_ids(text)}
         end = time.time() + 30
         rows: list[list[str]] = []
         while time.time() < end:
             res = self.run(["sacct", "-n", "-P", "-j", str(job_id), "--format", "JobID,State,JobName,Timelimit"], cwd)
             rows = [line.split("|") for line in res.stdout.splitlines() if line.strip()]
-            if not tasks <= {r[0] for r in rows}:  # an array task not recorded yet
+            # tasks that never started share one row, 7_[2-4%1]; an array task not recorded yet
+            if not tasks <= {task for r in rows for task in expand_array_ids(r[0])}:
                 time.sleep(0.2)
                 continue
             # slurmdbd lists a fast job as "allocation", without its request (time limit, ReqTRES...),

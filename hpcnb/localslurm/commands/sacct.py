@@ -102,6 +102,25 @@ def derived_exit(steps: list[dict]) -> str:
     return f"{raw >> 8}:{raw & 0xFF}"
 
 
+def unstarted_tasks_together(jobs: list[dict]) -> list[dict]:
+    """Array tasks that never started share one record in Slurm 22.05, the array's own (JobIDRaw:
+    the array's id), listed after the tasks that started: ``7_[2-4%1] PENDING``, and after a
+    scancel ``7_[2-4%1] CANCELLED by 0``; ``7_4`` when one is left. A task gets its own record
+    when it starts."""
+    out, groups = [], {}
+    for job in jobs:
+        if job["array_job_id"] is not None and job["start_time"] is None:
+            key = (job["array_job_id"], job["state"])
+            if key in groups:
+                groups[key]["tasks"].append(job["array_task_id"])
+                continue
+            job = groups[key] = dict(job, tasks=[job["array_task_id"]])
+        out.append(job)
+    for job in groups.values():
+        job["display_id"] = formats.array_tasks_text(job["array_job_id"], job["tasks"], job["array_throttle"])
+    return out
+
+
 def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]:
     req = job["req"]
     alloc = job["alloc"] or []
@@ -117,7 +136,8 @@ def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]
     limit, limit_raw = _limit(job["time_limit"])
     gid = _gid(job)
     return {
-        "jobid": formats.job_id_text(job), "jobidraw": str(job["id"]), "jobname": job["name"],
+        "jobid": job.get("display_id") or formats.job_id_text(job),
+        "jobidraw": str(job["array_job_id"] if "display_id" in job else job["id"]), "jobname": job["name"],
         "partition": job["partition"], "account": job["account"] or job["user"], "alloccpus": str(cpus),
         "allocnodes": str(len(alloc)), "state": state, "exitcode": f"{job['exit_code']}:{job['exit_signal']}",
         "derivedexitcode": derived_exit(steps),
@@ -237,7 +257,7 @@ def main(argv: list[str]) -> int:
                        (midnight, getpass.getuser()))
     jobs.sort(key=lambda j: (j["array_job_id"] if j["array_job_id"] is not None else j["id"], j["array_task_id"] or 0))
     rows = []
-    for job in jobs:
+    for job in unstarted_tasks_together(jobs):
         if states and job["state"] not in states or names and job["name"] not in names:
             continue
         job_steps = db.steps_of(conn, job["id"])

@@ -5,7 +5,7 @@ import sys
 import time
 
 from .. import db, formats
-from .common import getopt_parse, int_ranges, open_cluster, select_jobs
+from .common import getopt_parse, open_cluster, select_jobs
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
@@ -95,9 +95,7 @@ def collapse_arrays(jobs: list[dict]) -> list[dict]:
             groups[key] = job
         out.append(job)
     for job in groups.values():
-        if len(job["tasks"]) > 1:
-            throttle = f"%{job['array_throttle']}" if job["array_throttle"] else ""
-            job["display_id"] = f"{job['array_job_id']}_[{int_ranges(job['tasks'])}{throttle}]"
+        job["display_id"] = formats.array_tasks_text(job["array_job_id"], job["tasks"], job["array_throttle"])
     return out
 
 

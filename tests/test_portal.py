@@ -1,0 +1,310 @@
+"""The workshop portal (ci/portal.sh, ``make portal``) as a student meets it, in a real browser.
+
+The hub (JupyterHub + batchspawner's SlurmSpawner + configurable-http-proxy) runs as root; the
+student ``hpcnb-student`` logs in on its login page, and their notebook server starts as a Slurm
+job submitted as them. In that server the test opens lesson 1 (outputs cleared), runs it to the
+end, saves it, checks that every cell ran without an error inside the server's own job (hpcnb says
+so and starts the lesson's jobs without that job's variables: its ``srun`` is no step of the
+server's job), then stops the server from the hub's home page and checks that its job is gone.
+Stopping the hub at the end stops the proxy and any job left; the student's jobs are cancelled
+whatever happened.
+
+Run by ``make test-portal`` only (long; as root, after ``ci/portal.sh install`` for
+``hpcnb-student``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
+``HPCNB_PORTAL_TEST=real`` the real Slurm 22.05 of ``ci/real-slurm.sh`` (hold
+/tmp/real-slurm.lock). Chromium is Debian's /usr/bin/chromium (never ``playwright install``).
+Screenshots and the hub's and the server's logs land in test-artifacts/portal-*.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+VARIANT = os.environ.get("HPCNB_PORTAL_TEST", "")
+if VARIANT not in ("local", "real"):
+    pytest.skip("the portal test runs with `make test-portal` (HPCNB_PORTAL_TEST=local|real)", allow_module_level=True)
+
+from test_browser import CHROMIUM, CHROMIUM_ARGS, run_all_cells  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow] + ([pytest.mark.realslurm] if VARIANT == "real" else [])
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+PREFIX = Path(os.environ.get("PORTAL_PREFIX", "/opt/hpcnb-portal"))
+VENV = PREFIX / "course" / ".venv"
+SLURM_BIN = PREFIX / "slurm-bin"
+USER = "hpcnb-student"
+LESSON = "notebooks/01-cluster-anatomy.ipynb"
+# the login page's port; the hub's API and the proxy's API take the next two (below the tests' ranges)
+PORT = {"local": 14100, "real": 14110}[VARIANT]
+HUB_UP_S = 120
+SPAWN_S = 240     # the hub gives up after start_timeout (180 s) + http_timeout
+LESSON_S = 600    # lesson 1 takes about 10 s on the local Slurm, 2 min on the real one (a requeue holds 120 s)
+STOP_S = 60
+
+
+def _home() -> Path:
+    return Path(pwd.getpwnam(USER).pw_dir)
+
+
+def as_student(*cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A command as the student, with the Slurm the hub gives their server (ci/portal.sh's PATH)."""
+    path = (f"{SLURM_BIN}:" if VARIANT == "local" else "") + "/usr/local/bin:/usr/bin:/bin"
+    env = ["env", "-i", f"HOME={_home()}", f"USER={USER}", f"PATH={path}", "LANG=C.UTF-8",
+           f"HPCNB_SLURM={VARIANT}", f"HPCNB_BIN_DIR={SLURM_BIN}"]
+    return subprocess.run(["runuser", "-u", USER, "--", *env, *cmd], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def student_jobs() -> str:
+    """The student's jobs in squeue (id, name, state, batch host), one per line."""
+    res = as_student("squeue", "-h", "-u", USER, "-o", "%i %j %T %B")
+    return res.stdout.strip() if res.returncode == 0 else f"squeue failed ({res.returncode}): {res.stderr.strip()}"
+
+
+def cancel_student_jobs() -> None:
+    """Whatever the student still runs: cancelled (the local Slurm: reset, which forgets it all)."""
+    if VARIANT == "local":
+        as_student(str(VENV / "bin" / "hpcnb"), "slurm", "reset", timeout=120)
+    else:
+        as_student("scancel", "-u", USER)
+
+
+class Portal:
+    """The hub started by ``ci/portal.sh run`` for one student, and what to show when it fails."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.log_path = state.parent / "hub.log"
+        self.url = f"http://127.0.0.1:{PORT}"
+        self.password = secrets.token_urlsafe(12)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+               "PORTAL_USERS": USER, "PORTAL_PASSWORD": self.password, "PORTAL_PORT": str(PORT),
+               "PORTAL_SLURM": VARIANT, "PORTAL_STATE": str(self.state), "PORTAL_PREFIX": str(PREFIX)}
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(["bash", str(ROOT / "ci" / "portal.sh"), "run"], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + HUB_UP_S
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the hub exited with {self.proc.returncode} before answering\n{self.diagnosis()}")
+            try:
+                urllib.request.urlopen(f"{self.url}/hub/api/", timeout=5).close()
+                return
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the hub did not answer on {self.url} in {HUB_UP_S} s\n{self.diagnosis()}")
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGTERM: the hub cancels the servers' jobs and stops its proxy; SIGKILL after 90 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def proxy_pid(self) -> int | None:
+        try:
+            pid = int((self.state / "proxy.pid").read_text())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def job_log(self) -> Path | None:
+        """The newest server job's output (the single-user server's log)."""
+        logs = sorted(_home().glob("jupyterhub_slurmspawner_*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else None
+
+    def keep_logs(self) -> None:
+        """The hub's and the server's logs into test-artifacts/."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        for name, path in (("hub", self.log_path), ("server", self.job_log())):
+            if path and path.exists():
+                shutil.copyfile(path, ARTIFACTS / f"portal-{VARIANT}-{name}.log")
+
+    def diagnosis(self) -> str:
+        """The end of the hub's log, the student's jobs, and the end of the newest job log."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no hub log)"
+        parts = ["--- hub log (last 40 lines) ---", *text.splitlines()[-40:],
+                 f"--- squeue -u {USER} ---", student_jobs() or "(no jobs)"]
+        job_log = self.job_log()
+        if job_log:
+            parts += [f"--- {job_log} (last 20 lines) ---", *job_log.read_text(errors="replace").splitlines()[-20:]]
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def portal(tmp_path: Path):
+    if os.geteuid() != 0:
+        pytest.skip("the portal needs root (it runs each student's server job as the student)")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    if not (VENV / "bin" / "jupyterhub-singleuser").exists():
+        pytest.fail(f"the course is not installed for the students: PORTAL_USERS={USER} bash ci/portal.sh install")
+    cancel_student_jobs()  # a clean start, whatever an earlier run left
+    for old in _home().glob("jupyterhub_slurmspawner_*.log"):
+        old.unlink()
+    # a first visit: no JupyterLab workspace that reopens the lesson (and starts its kernel) on login
+    shutil.rmtree(_home() / ".jupyter" / "lab" / "workspaces", ignore_errors=True)
+    lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
+    for cell in lesson.cells:  # a fresh lesson: no outputs yet
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    target = _home() / "hpcnb-course" / LESSON
+    nbformat.write(lesson, target)
+    shutil.chown(target, USER, USER)
+    hub = Portal(tmp_path / "state")
+    try:
+        hub.start()
+        yield hub
+    finally:
+        try:
+            hub.stop()
+        finally:
+            left = hub.proxy_pid()
+            if left:
+                os.kill(left, signal.SIGKILL)
+            jobs = student_jobs()
+            cancel_student_jobs()
+            hub.keep_logs()
+        assert left is None, f"the hub left its proxy (pid {left}) running"
+        assert "spawner-jupyterhub" not in jobs, f"the hub left the server's job:\n{jobs}"
+
+
+# The lesson's state in the page: code cells, how many ran, are queued or running, and errors.
+CELL_STATE_JS = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return null;
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
+  const errors = [...panel.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')];
+  return {cells: prompts.length, ran: prompts.filter(p => /^\\[\\d+\\]/.test(p)).length,
+          busy: prompts.filter(p => p.includes('*')).length, errors: errors.map(e => e.innerText.slice(-1500))};
+}"""
+
+
+def wait_until(what: str, probe, timeout: float, hub: Portal, ready=bool, poll: float = 1.0):
+    """Poll ``probe()`` until ``ready`` says yes to what it returned, and return that; fail after
+    ``timeout`` s with the last thing it returned and the portal's diagnosis."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = probe()
+        if ready(seen):
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f} s (last seen: {seen!r})\n{hub.diagnosis()}")
+        time.sleep(poll)
+
+
+def server_job() -> str | None:
+    """The id of the student's server job while it runs."""
+    for line in student_jobs().splitlines():
+        job_id, name, state, *_ = line.split() + [""]
+        if name == "spawner-jupyterhub" and state == "RUNNING":
+            return job_id
+    return None
+
+
+def job_steps(job_id: str) -> list[str]:
+    """The steps of a job in sacct (``batch``, ``0``, ...)."""
+    res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID")
+    return [line.split(".", 1)[1] for line in res.stdout.split() if "." in line]
+
+
+@pytest.mark.timeout(HUB_UP_S + SPAWN_S + LESSON_S + 420)
+def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    times: dict[str, float] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            page.set_default_timeout(60_000)
+            expect.set_options(timeout=60_000)
+            t0 = time.monotonic()
+            page.goto(f"{portal.url}/hub/login")
+            page.fill("#username_input", USER)
+            page.fill("#password_input", portal.password)
+            page.click("#login_submit")
+            # the hub submits the server job and sends the browser on to JupyterLab once it answers
+            page.wait_for_url(re.compile(rf"/user/{USER}/lab"), timeout=SPAWN_S * 1000)
+            times["login to JupyterLab"] = time.monotonic() - t0
+            job = wait_until("the server's Slurm job runs", server_job, 30, portal)
+
+            t1 = time.monotonic()
+            page.goto(f"{portal.url}/user/{USER}/lab/tree/{LESSON}?reset")
+            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(
+                1, timeout=120_000)
+            run_all_cells(page, notebook)
+
+            def lesson_state():
+                state = page.evaluate(CELL_STATE_JS)
+                if state and state["errors"]:
+                    pytest.fail(f"a cell of {LESSON} failed in the spawned server:\n{state['errors'][0]}\n"
+                                f"{portal.diagnosis()}")
+                return state
+
+            # JupyterLab adds a long notebook's cells to the page bit by bit: count against the file's
+            lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
+            code_cells = sum(c.cell_type == "code" for c in lesson.cells)
+            wait_until(f"all {code_cells} code cells of {LESSON} ran", lesson_state, LESSON_S, portal,
+                       ready=lambda state: bool(state and state["cells"] == state["ran"] == code_cells), poll=2)
+            times["lesson run"] = time.monotonic() - t1
+            saved = _home() / "hpcnb-course" / LESSON
+
+            def saved_cells():
+                page.keyboard.press("Control+s")
+                time.sleep(1)
+                return [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
+
+            cells = wait_until("the run lesson is saved", saved_cells, 30, portal,
+                               ready=lambda cells: all(c.execution_count for c in cells))
+            page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))  # the run lesson
+            steps = job_steps(job)  # the lesson's srun asked for jobs of its own
+
+            t2 = time.monotonic()
+            page.goto(f"{portal.url}/hub/home")
+            page.click("#stop")
+            wait_until("the server's job has left the queue", lambda: job not in student_jobs().split(), STOP_S,
+                       portal)
+            expect(page.locator("#start")).to_contain_text("Start My Server")
+            times["stop"] = time.monotonic() - t2
+        except Exception as err:  # a browser step failed (Playwright's errors, expect's AssertionError)
+            pytest.fail(f"in the browser, at {page.url}: {type(err).__name__}: {err}\n{portal.diagnosis()}")
+        finally:
+            with contextlib.suppress(Exception):  # the page as the test left it, if it still can be shown
+                page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}.png"), full_page=True, timeout=10_000)
+            browser.close()
+
+    first = "".join(o.get("text", "") for o in cells[0].outputs)
+    assert f"this notebook runs inside Slurm job {job}" in first, f"hpcnb.setup() in the server's job said:\n{first}"
+    assert f"talks to the {VARIANT} Slurm" in first
+    srun = next(c for c in cells if c.source.startswith("!srun"))
+    assert re.search(r"^node\d\s*$", "".join(o.get("text", "") for o in srun.outputs), re.MULTILINE), srun.outputs
+    assert set(steps) <= {"batch", "extern", "0"}, f"the lesson ran steps in the server's job {job}: {steps}"
+    errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    print(f"portal on the {VARIANT} Slurm: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
