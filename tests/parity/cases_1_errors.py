@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import FINAL_STATES, Norm, Side, compare, on_both
+from .harness import FINAL_STATES, Norm, Side, compare, on_both, without_waiting
 
 
 CAPTURED = Path(__file__).resolve().parent.parent / "fixtures" / "real-slurm-22.05" / "cases.json"
@@ -107,9 +107,7 @@ def run_case(side: Side, case: str, argv: list[str]) -> dict:
     out["stdout"] = norm.text(res.stdout)
     out["stderr"] = norm.text(res.stderr)
     if "has been allocated resources" in out["stderr"]:  # it had to wait a moment: timing, not parity
-        out["stderr"] = "".join(line for line in out["stderr"].splitlines(keepends=True)
-                                if "queued and waiting" not in line and "has been allocated" not in line
-                                and "Pending job allocation" not in line)
+        out["stderr"] = without_waiting(out["stderr"])
     if argv[0] == "salloc" and "Relinquishing job allocation" in out["stderr"]:
         # after it gave the allocation up, a real salloc may also hear slurmctld revoke it: timing, not parity
         out["stderr"] = "".join(line for line in out["stderr"].splitlines(keepends=True)

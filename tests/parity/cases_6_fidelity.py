@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Norm, Side, compare, intentional, on_both, settled_text
+from .harness import Norm, Side, compare, intentional, on_both, settled_text, without_waiting
 
 TRUE = "#!/bin/bash\ntrue\n"
 # task $FAIL (default 1) fails at once; the other would run on for 10 s (and say "survived"), as one
@@ -112,6 +112,7 @@ def _outcome(side: Side, wd: Path, norm: Norm, stderr: str, placed: bool = False
         side.wait_done(job, wd)
     rows = [side.ok(["sacct", "-n", "-P", "-j", str(job), "-o", "JobID,State,ExitCode"], wd).stdout
             for job in sorted(ids)]
+    stderr = without_waiting(stderr)
     if not placed:
         stderr = any_node(stderr)
     # a real srun ending its step (-K) shows slurmstepd's "*** STEP ... CANCELLED" line only when that
@@ -429,8 +430,6 @@ SALLOC_REVOKED = {  # name: salloc options before the command
     "--kill-command=INT": ["--kill-command=INT"],
 }
 # the command outlives the cancel by a few seconds and says whether it got to its end
-# a node still busy with another case's job: salloc waits first (not what this case compares)
-WAITING = re.compile(r"Pending job allocation|queued and waiting|has been allocated resources")
 COMMAND = "echo $SLURM_JOB_ID > id.txt; sleep 6; echo command-ran-to-its-end"
 
 
@@ -444,7 +443,7 @@ def test_fidelity_salloc_revoked_by_scancel(sides, case: str) -> None:
                   "sleep 1; scancel $(cat id.txt); wait $!; echo salloc-rc=$?")
         res = side.run(script, wd, timeout=60)
         norm = Norm(side, [wd])
-        stderr = "".join(x for x in res.stderr.splitlines(keepends=True) if not WAITING.search(x))
+        stderr = without_waiting(res.stderr)
         return {"stdout": res.stdout, **_outcome(side, wd, norm, stderr)}
 
     check_all(f"salloc revoked {case}", on_both(sides, one))

@@ -275,6 +275,15 @@ def settled_text(path: Path, quiet: float = 0.5, timeout: float = 15) -> str | N
     return path.read_text() if path.exists() else None
 
 
+WAITING = re.compile(r"Pending job allocation|queued and waiting|has been allocated resources")
+
+
+def without_waiting(text: str) -> str:
+    """srun's or salloc's stderr less the lines that say it had to wait for a node (a node still
+    busy with another case's job): when resources come is timing, not what a case compares."""
+    return "".join(line for line in text.splitlines(keepends=True) if not WAITING.search(line))
+
+
 def parse_keyvals(text: str) -> dict[str, str]:
     """``scontrol show`` output -> {key: value} (tokens split on spaces; ``Key=`` gives '')."""
     out: dict[str, str] = {}
