@@ -89,6 +89,7 @@ select_version() {
       IN=()                          # how to run a command where the daemons run
       PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
       CTLD_PORT=6817 DBD_PORT=6819 NODE_PORTS='[17001-17002]'
+      FIRST_JOB_ID=14751             # see FirstJobId in real-slurm/slurm.conf
       GPU_DEVS=(/dev/hpcnb-gpu0 /dev/hpcnb-gpu1) GPU_GLOB='/dev/hpcnb-gpu[0-1]'
       BIN_DIR=/usr/bin
       ;;
@@ -100,6 +101,7 @@ select_version() {
       MIRROR=${HPCNB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
       PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server libffi8)
       CTLD_PORT=7817 DBD_PORT=7819 NODE_PORTS='[7821-7822]'
+      FIRST_JOB_ID=7601
       GPU_DEVS=(/dev/hpcnb-2411-gpu0 /dev/hpcnb-2411-gpu1) GPU_GLOB='/dev/hpcnb-2411-gpu[0-1]'
       BIN_DIR=/run/hpcnb-real-slurm-24.11/bin
       ;;
@@ -189,7 +191,7 @@ render() {
       -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@DB_NAME@|$DB_NAME|g" \
       -e "s|@DB_USER@|$DB_USER|g" -e "s|@DB_PASS@|$DB_PASS|g" \
       -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
-      -e "s|@NODE_PORTS@|$NODE_PORTS|g" "$TEMPLATES/$1" > "$tmp"
+      -e "s|@NODE_PORTS@|$NODE_PORTS|g" -e "s|@FIRST_JOB_ID@|$FIRST_JOB_ID|g" "$TEMPLATES/$1" > "$tmp"
   if grep -v '^#' "$tmp" | grep -q '@[A-Z_]*@'; then rm -f "$tmp"; die "unfilled placeholder in $TEMPLATES/$1"; fi
   if ! cmp -s "$tmp" "$dest"; then
     install -m "$3" "$tmp" "$dest"

@@ -110,5 +110,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     ARTIFACTS.mkdir(exist_ok=True)
     records = sorted(harness.RECORDS, key=lambda r: r["case"])
-    (ARTIFACTS / f"parity-{harness.REAL_VERSION}.json").write_text(json.dumps(records, indent=1) + "\n")
-    (ARTIFACTS / "parity.md").write_text(render(load(), time.strftime("%Y-%m-%d %H:%M:%S"), run_times()))
+    # the two lanes may finish side by side (CI runs them so): whole files only, by rename
+    _write_whole(ARTIFACTS / f"parity-{harness.REAL_VERSION}.json", json.dumps(records, indent=1) + "\n")
+    _write_whole(ARTIFACTS / "parity.md", render(load(), time.strftime("%Y-%m-%d %H:%M:%S"), run_times()))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(path)
