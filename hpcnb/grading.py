@@ -24,6 +24,7 @@ import argparse
 import ast
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -33,9 +34,12 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from hpcnb import sandbox
+from hpcnb.sandbox import Limits, SandboxError
 
 ROOT = Path(__file__).resolve().parent.parent
 # The course checkout's folders (an editable install); from a plain install: the current folder's.
@@ -101,10 +105,20 @@ def _scripts_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([*parts, scripts])
 
 
-def _config(course: Path, timeout: int | None = None) -> Any:
+def _config(course: Path, timeout: int | None = None, limits: Limits | None = None) -> Any:
     from traitlets.config import Config
 
     c = Config()
+    if limits is not None:  # autograde: the kernel runs in the sandbox (hpcnb.sandbox)
+        from nbgrader.converters import Autograde
+        from nbgrader.preprocessors import Execute
+
+        from hpcnb.sandbox import SandboxedExecute
+
+        default = Autograde.class_traits()["autograde_preprocessors"].default()
+        c.Autograde.autograde_preprocessors = [SandboxedExecute if p is Execute else p for p in default]
+        c.SandboxKernelManager.limits = asdict(limits)
+        c.SandboxKernelManager.sandbox_env = {"NBGRADER_EXECUTION": "autograde"}
     c.CourseDirectory.root = str(course)
     c.CourseDirectory.course_id = "hpcnb"
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back from the gradebook
@@ -117,7 +131,7 @@ def _config(course: Path, timeout: int | None = None) -> Any:
 
 
 def _run_converter(kind: str, course: Path, assignment: str, student: str | None = None,
-                   timeout: int | None = None, db: bool = True) -> dict[str, Any]:
+                   timeout: int | None = None, db: bool = True, limits: Limits | None = None) -> dict[str, Any]:
     """Run one nbgrader converter in this process; return capture_log's dict (success, log, error)."""
     import logging
 
@@ -126,7 +140,7 @@ def _run_converter(kind: str, course: Path, assignment: str, student: str | None
     from nbgrader.utils import capture_log
 
     _scripts_on_path()
-    cfg = _config(course, timeout)
+    cfg = _config(course, timeout, limits)
     if kind == "generate" and not db:  # nbgrader's --no-db flag
         cfg.SaveCells.enabled = False
         cfg.GenerateAssignment.no_database = True
@@ -457,10 +471,11 @@ def _kill_tree(pid: int) -> None:
 
 
 def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: int,
-                         limit: float) -> tuple[str, str]:
-    """Autograde + feedback for one notebook in its own process group; (status, log tail)."""
+                         limit: float, limits: Limits) -> tuple[str, str]:
+    """Autograde + feedback for one notebook in its own process group; (status, log tail).
+    The process is the instructor's (nbgrader); the submission's code runs in its kernel's sandbox."""
     argv = [sys.executable, "-m", "hpcnb.grading", "_grade-one", str(course), assignment, student,
-            "--timeout", str(timeout)]
+            "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -484,9 +499,9 @@ def _error_summary(log: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _grade_one(course: Path, assignment: str, student: str, timeout: int) -> int:
-    """The child process: nbgrader autograde, then generate_feedback, for one notebook."""
-    result = _run_converter("autograde", course, assignment, student, timeout=timeout)
+def _grade_one(course: Path, assignment: str, student: str, timeout: int, limits: Limits) -> int:
+    """The child process: nbgrader autograde (the kernel in a sandbox), then generate_feedback."""
+    result = _run_converter("autograde", course, assignment, student, timeout=timeout, limits=limits)
     print(result.get("log", ""))
     if not result.get("success"):
         print(result.get("error", ""), file=sys.stderr)
@@ -507,6 +522,7 @@ def autograde(
     timeout: int = DEFAULT_TIMEOUT,
     notebook_timeout: float | None = None,
     notebooks: Iterable[str] | None = None,
+    limits: Limits | None = None,
     quiet: bool = False,
 ) -> list[NotebookGrade]:
     """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
@@ -517,6 +533,9 @@ def autograde(
     (a cell over it is interrupted and scores 0); ``notebook_timeout``: seconds for one whole
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
+
+    Each notebook's code runs in its own sandbox (:mod:`hpcnb.sandbox`) with ``limits`` (default:
+    :class:`~hpcnb.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
     """
     submissions, out = Path(submissions), Path(out)
     if not submissions.is_dir():
@@ -530,6 +549,10 @@ def autograde(
         sources = {k: v for k, v in sources.items() if k in wanted}
     if not sources:
         raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
+    try:
+        sandbox.probe()
+    except SandboxError as err:
+        raise GradingError(f"cannot grade: {err}") from None
     students = _students(submissions)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     grades: list[NotebookGrade] = []
@@ -554,7 +577,10 @@ def autograde(
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(submitted, target / f"{stem}.ipynb")
                 limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
-                status, log = _grade_in_subprocess(course, stem, student, timeout, limit)
+                used = limits or Limits()
+                if used.cpu_seconds is None:
+                    used = replace(used, cpu_seconds=math.ceil(limit))
+                status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
                 score, max_score, cells = _read_grades(course, stem, student)
                 autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
                 for name, ename in _cell_errors(autograded).items():
@@ -659,6 +685,23 @@ def plant_wrong_answer(nb: Any, cell_index: int) -> Any:
 
 # -------------------------------------------------------------------------------- CLI
 
+def _limits_json(text: str) -> Limits:
+    return Limits.from_dict(json.loads(text))
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` of a sandbox limit (VALUE: an integer, or with K, M, G for bytes)."""
+    name, _, value = text.partition("=")
+    names = [f.name for f in fields(Limits)]
+    if name not in names or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(names)}: {text!r}")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1].upper(), 1)
+    number = value[:-1] if scale > 1 else value
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return name, int(number) * scale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcnb.grading", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -675,11 +718,15 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--notebook-timeout", type=float, default=None,
                        help="seconds for one whole notebook (default: timeout x (code cells + 2) + 120)")
     grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
+    grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
+                       help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
+                            "(repeatable; see hpcnb.sandbox.Limits)")
     one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
     one.add_argument("course", type=Path)
     one.add_argument("assignment")
     one.add_argument("student")
     one.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
+    one.add_argument("--limits", type=_limits_json, default=Limits())
     args = parser.parse_args(argv)
     try:
         if args.command == "generate":
@@ -697,12 +744,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
             return 0
         if args.command == "autograde":
+            limits = replace(Limits(), **dict(args.limit)) if args.limit else None
             grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
-                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks)
+                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
             print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
                   f"feedback in {args.out / 'feedback'}")
             return 0
-        return _grade_one(args.course, args.assignment, args.student, args.timeout)
+        return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
     except GradingError as err:
         print(f"hpcnb.grading: {err}", file=sys.stderr)
         return 2
