@@ -4,6 +4,7 @@ Both go through nbgrader (its own preprocessors, in a throw-away course director
 
     python -m hpcnb.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
     python -m hpcnb.grading check        # exercises/ up to date with solutions/, and nothing leaked
+    python -m hpcnb.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
     python -m hpcnb.grading autograde SUBMISSIONS --out grades/
                                          # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
 
@@ -17,6 +18,8 @@ each student's notebook in its own process (``nbgrader autograde``: submitted te
 replaced by the source's, deleted ones are added back, hidden tests come back; every cell runs
 under ``ExecutePreprocessor.timeout``), then writes ``grades.csv``, ``cells.csv``, feedback
 HTML (``nbgrader generate_feedback``) per student, the autograded notebooks and the gradebook.
+nbgrader runs as the instructor; the student's code runs only in the kernel, which nbgrader's
+Execute (:class:`hpcnb.sandbox.SandboxedExecute`) starts in a bubblewrap sandbox of its own.
 """
 from __future__ import annotations
 
@@ -56,10 +59,12 @@ __all__ = [
     "GradingError",
     "NotebookGrade",
     "autograde",
+    "bundle_problems",
     "check",
     "generate",
     "main",
     "plant_wrong_answer",
+    "release",
     "secret_regions",
 ]
 
@@ -379,6 +384,102 @@ def check(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR) -> l
     return problems
 
 
+# ------------------------------------------------------------------------------ release
+
+#: What students get of the course checkout (exercises/ is generated afresh from solutions/).
+BUNDLE = ("README.md", "Makefile", "pyproject.toml", "environment.yml", "ci/install-system-deps.sh",
+          "ci/build-horovod.sh", "hpcnb", "notebooks")
+_NOT_BUNDLED = {"__pycache__", ".ipynb_checkpoints", "work", "solutions", "tests"}
+
+
+def _bundle_files(root: Path) -> Iterator[Path]:
+    for name in BUNDLE:
+        top = root / name
+        if top.is_file():
+            yield top
+        for path in sorted(top.rglob("*")) if top.is_dir() else []:
+            rel = path.relative_to(root).parts
+            if path.is_file() and not any(p in _NOT_BUNDLED or p.startswith(".") for p in rel) \
+                    and path.suffix != ".pyc":
+                yield path
+
+
+def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, quiet: bool = False) -> list[str]:
+    """Write the student bundle into ``out`` (a new folder, or ``.tar.gz``): the course without
+    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Refuses
+    (GradingError) when the bundle would carry a solution (see :func:`bundle_problems`)."""
+    out, root = Path(out), Path(root)
+    archive = out.name.endswith(".tar.gz")
+    folder = Path(tempfile.mkdtemp(prefix="hpcnb-release-")) if archive else out
+    if folder.exists() and any(folder.iterdir()):
+        raise GradingError(f"{out} is not empty: give a new folder")
+    try:
+        for path in _bundle_files(root):
+            dest = folder / path.relative_to(root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        generate(solutions, folder / "exercises", quiet=True)
+        problems = bundle_problems(folder, solutions)
+        if problems:
+            raise GradingError("the student bundle would carry solutions:\n  " + "\n  ".join(problems))
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        if archive:
+            import tarfile
+
+            with tarfile.open(out, "w:gz") as tar:
+                tar.add(folder, arcname=out.name.removesuffix(".tar.gz"))
+        if not quiet:
+            print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
+        return files
+    finally:
+        if archive:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def bundle_problems(bundle: Path, solutions: Path = SOLUTIONS_DIR) -> list[str]:
+    """Why ``bundle`` is not fit for students: a ``solutions``/``tests`` folder, a notebook with
+    nbgrader markers or filled-in solution cells, a hidden test anywhere, or exercises that are
+    not the generated ones (:func:`check`). Lessons may share code with solutions: they teach it."""
+    notebooks = solution_notebooks(solutions)
+    hidden: set[str] = set()
+    for path in notebooks.values():
+        secrets, public = secret_regions(_read(path))
+        allowed = _text_lines(public)
+        hidden |= {line.strip() for what, text in secrets if what.startswith("hidden")
+                   for line in text.splitlines() if _significant(line) and line.strip() not in allowed}
+    problems = [f"{p.relative_to(bundle)}: a {p.name}/ folder" for p in sorted(bundle.rglob("*"))
+                if p.is_dir() and p.name in ("solutions", "tests")]
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        rel = path.relative_to(bundle)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        text = raw
+        if path.suffix == ".ipynb":
+            try:
+                nb = json.loads(raw)
+                text = "\n".join(_strings(nb))
+                problems += _notebook_problems(rel, nb)
+            except json.JSONDecodeError:
+                problems.append(f"{rel}: not a notebook (JSON)")
+        problems += [f"{rel}: hidden test {line!r}" for line in sorted(hidden & _text_lines(text))]
+    return problems + check(solutions, bundle / "exercises")
+
+
+def _notebook_problems(rel: Path, nb: dict[str, Any]) -> list[str]:
+    """nbgrader markers, and solution cells that hold more than nbgrader's stub."""
+    problems = []
+    for cell in nb.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if _MARKER.search(source):
+            problems.append(f"{rel}: nbgrader marker in a cell")
+        meta = _nbgrader_meta(cell)
+        if meta.get("solution") and not _text_lines(source) & _STUB_LINES:
+            problems.append(f"{rel}: solution cell {meta.get('grade_id')!r} is filled in")
+    return sorted(set(problems))
+
+
 # ------------------------------------------------------------------------- autograde
 
 @dataclass
@@ -598,11 +699,13 @@ def autograde(
                     for cell in grade.cells.values():
                         cell.score = 0.0
                 feedback = course / "feedback" / student / stem / f"{stem}.html"
+                dest = out / "feedback" / student / f"{stem}.html"
+                dest.parent.mkdir(parents=True, exist_ok=True)
                 if status == "graded" and feedback.exists():
-                    dest = out / "feedback" / student / f"{stem}.html"
-                    dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(feedback, dest)
-                    grade.feedback = dest
+                else:  # the student hears why too
+                    dest.write_text(_failure_feedback(grade))
+                grade.feedback = dest
                 if autograded.exists():
                     dest = out / "autograded" / student / f"{stem}.ipynb"
                     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -614,6 +717,16 @@ def autograde(
         shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
     _write_csv(out, grades)
     return grades
+
+
+def _failure_feedback(grade: NotebookGrade) -> str:
+    """A feedback page for a notebook that could not be graded (nbgrader writes none)."""
+    from html import escape
+
+    title = escape(f"{grade.notebook}: {grade.score:g} / {grade.max_score:g}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head><body>\n"
+            f"<h1>{title}</h1>\n<p>Your notebook could not be graded ({escape(grade.status)}):</p>\n"
+            f"<pre>{escape(grade.message)}</pre>\n</body></html>\n")
 
 
 def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
@@ -710,6 +823,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in (gen, chk):
         p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
         p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
+    bundle = sub.add_parser("release", help="write the student bundle: the course without solutions/ or tests")
+    bundle.add_argument("out", type=Path, help="a new folder, or a file name ending in .tar.gz")
+    bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
     grade = sub.add_parser("autograde", help="grade SUBMISSIONS/<student>/<notebook>.ipynb")
     grade.add_argument("submissions", type=Path)
     grade.add_argument("--out", type=Path, default=Path("grades"))
@@ -742,6 +858,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             count = len(solution_notebooks(args.solutions))
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
+            return 0
+        if args.command == "release":
+            release(args.out, solutions=args.solutions)
             return 0
         if args.command == "autograde":
             limits = replace(Limits(), **dict(args.limit)) if args.limit else None

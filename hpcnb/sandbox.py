@@ -58,7 +58,10 @@ KERNEL_DIR = "/run/kernel"  # the kernel's connection file and ipc sockets, insi
 CONNECTION_FILE = f"{KERNEL_DIR}/connection.json"
 START_TIMEOUT = 60.0  # seconds for bwrap to report its pid namespace
 DEFAULT_CPU_SECONDS = 3600
-MAX_MESSAGE_BYTES = 64 << 20  # a kernel message larger than this is dropped by ZeroMQ
+MAX_MESSAGE_BYTES = 16 << 20  # a kernel message larger than this is dropped by ZeroMQ
+MAX_QUEUED_MESSAGES = 32  # the grader's receive queue per socket (ZeroMQ drops output beyond it)
+KERNEL_OUTPUT_BYTES = 8 << 20  # per stream and cell, kept by the kernel (the grader keeps less)
+INTERRUPT_GRACE = 10.0  # seconds at least for an interrupted kernel to answer
 ETC_FILES = (
     "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
     "fonts", "mime.types", "protocols", "services", "host.conf", "gai.conf", "bash.bashrc", "profile",
@@ -312,17 +315,17 @@ def _ns_pid(pid: int) -> int | None:
 def _kernel_manager_class() -> type:
     from jupyter_client.kernelspec import KernelSpec
     from jupyter_client.manager import AsyncKernelManager
-    from traitlets import DottedObjectName, Dict
+    from traitlets import Dict
 
     class SandboxKernelManager(AsyncKernelManager):
         """A kernel started in the sandbox by ``python -m hpcnb.sandbox run``, over ipc sockets."""
 
         limits = Dict(config=True, help="Limits (hpcnb.sandbox.Limits fields) for the kernel's sandbox")
         sandbox_env = Dict(config=True, help="extra environment variables inside the sandbox")
-        client_class = DottedObjectName("hpcnb.sandbox.SandboxKernelClient")
 
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
+            self.client_factory = __getattr__("SandboxKernelClient")
             self.host_dir = Path(tempfile.mkdtemp(prefix="hpcnb-kernel-"))
             self.transport = "ipc"
             self.connection_file = str(self.host_dir / "connection.json")
@@ -427,14 +430,18 @@ def _kernel_manager_class() -> type:
 def _kernel_client_class() -> type:
     import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
 
     class SandboxKernelClient(AsyncKernelClient):
-        """A kernel client whose sockets refuse messages over MAX_MESSAGE_BYTES."""
+        """A kernel client whose sockets refuse messages over MAX_MESSAGE_BYTES and queue at most
+        MAX_QUEUED_MESSAGES: what a flood of output may cost the grader's memory is bounded."""
 
+        @default("context")
         def _context_default(self) -> zmq.asyncio.Context:
             self._created_context = True
             context = zmq.asyncio.Context()
             context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
             return context
 
     return SandboxKernelClient
@@ -465,7 +472,10 @@ def _note(text: str) -> Any:
 
 
 def _execute_class() -> type:
-    from jupyter_core.utils import run_sync
+    from queue import Empty
+
+    from jupyter_core.utils import ensure_async, run_sync
+    from nbclient.exceptions import CellTimeoutError
     from nbgrader.preprocessors import Execute
     from traitlets import Integer
 
@@ -507,8 +517,7 @@ def _execute_class() -> type:
 
         async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
             # Output lost to a flood (a message over MAX_MESSAGE_BYTES is refused, and the kernel drops
-            # what the grader cannot read fast enough) is noted, and the cell still counts; only a
-            # kernel still busy after the interrupt of a timed-out cell ends the notebook (nbgrader's way).
+            # what the grader cannot read fast enough) is noted, and the cell still counts.
             self.raise_on_iopub_timeout = False
             self._idle_seen = False
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
@@ -516,12 +525,30 @@ def _execute_class() -> type:
         execute_cell = run_sync(async_execute_cell)
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
-            self.raise_on_iopub_timeout = True
+            """A cell past its time limit: stop the kernel's forked copies, interrupt it (nbclient),
+            and give up on the notebook (as nbgrader does) only if the kernel then never answers."""
             stopped = self.km.stop_forks() if hasattr(self.km, "stop_forks") else 0
             if stopped and cell is not None:
                 cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked "
                                           "copies of the kernel were stopped, then the kernel interrupted"))
-            return await super()._async_handle_timeout(timeout, cell)
+            reply = await super()._async_handle_timeout(timeout, cell)
+            grace = max(INTERRUPT_GRACE, min(timeout, 60))
+            if not await self._interrupted_kernel_answers(grace):
+                raise CellTimeoutError.error_from_timeout_and_cell(
+                    "Timeout waiting for the kernel to answer after the interrupt", grace, cell)
+            return reply
+
+        async def _interrupted_kernel_answers(self, within: float) -> bool:
+            """Did the interrupted cell's execute_reply come (nbclient uses its own error reply)?"""
+            deadline = time.monotonic() + within
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=left))
+                except Empty:
+                    return False
+                if msg.get("msg_type") == "execute_reply":
+                    return True
+            return False
 
         def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
             if msg.get("msg_type") == "status" and msg.get("content", {}).get("execution_state") == "idle":
@@ -562,22 +589,41 @@ def _execute_class() -> type:
 # ------------------------------------------------------------------ the kernel (inside)
 
 def kernel(argv: list[str]) -> None:
-    """The sandbox's kernel: hpcnb's (PATH finds the local Slurm first), with one change: a copy of
-    the kernel made by ``os.fork()`` in a cell that gets back to the kernel's loop (the child of a
-    fork bomb) exits instead of lingering as a mute kernel that holds a process slot forever."""
+    """The sandbox's kernel: hpcnb's (PATH finds the local Slurm first), with two changes that make
+    a hostile or careless notebook cheaper to grade (the grader does not rely on them):
+
+    * a copy of the kernel made by ``os.fork()`` in a cell that gets back to the kernel's loop (a
+      fork bomb's child) exits instead of lingering as a mute kernel holding a process slot;
+    * each stream keeps at most KERNEL_OUTPUT_BYTES per cell, so an interrupted flood of output is
+      not serialised and sent for minutes before the kernel can answer."""
+    from ipykernel.iostream import OutStream
     from jupyter_client.session import Session
 
     from hpcnb.backend import slurm_env
 
     os.environ.update(slurm_env())
-    send = Session.send
+    send, write = Session.send, OutStream.write
 
     def send_or_leave(self: Session, *args: Any, **kwargs: Any) -> Any:
         if self.check_pid and os.getpid() != self.pid:
             os._exit(1)
         return send(self, *args, **kwargs)
 
+    def capped_write(self: OutStream, string: str) -> int | None:
+        cell = frozenset(self.parent_header.items())
+        if getattr(self, "_hpcnb_cell", None) != cell:
+            self._hpcnb_cell, self._hpcnb_written = cell, 0
+        before = self._hpcnb_written
+        self._hpcnb_written += len(string)
+        if self._hpcnb_written <= KERNEL_OUTPUT_BYTES or not isinstance(string, str):
+            return write(self, string)
+        if before <= KERNEL_OUTPUT_BYTES:
+            write(self, f"\n[hpcnb sandbox: this cell wrote more than {KERNEL_OUTPUT_BYTES >> 20} MiB to "
+                        f"{self.name}: the rest was dropped]\n")
+        return len(string)
+
     Session.send = send_or_leave  # type: ignore[method-assign]
+    OutStream.write = capped_write  # type: ignore[method-assign]
     from ipykernel.kernelapp import launch_new_instance
 
     sys.argv = [sys.argv[0], *argv]
