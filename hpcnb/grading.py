@@ -579,6 +579,7 @@ def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: i
             "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["TMPDIR"] = str(course / "tmp")  # the kernel's host-side files go when the course goes
     proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
@@ -598,6 +599,19 @@ def _error_summary(log: str) -> str:
         return found[-1][:300]
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _check_sandbox(*secret: Path) -> None:
+    """A sandbox starts here, and none of the folders it shows holds ``secret`` ones."""
+    try:
+        sandbox.probe()
+    except SandboxError as err:
+        raise GradingError(f"cannot grade: {err}") from None
+    for shown in sandbox.bind_sources():
+        for path in secret:
+            if shown.resolve() in (path.resolve(), *path.resolve().parents):
+                raise GradingError(f"cannot grade: the sandbox shows {shown} (Python or hpcnb lives there), "
+                                   f"which holds {path}: move the course or the submissions out of it")
 
 
 def _grade_one(course: Path, assignment: str, student: str, timeout: int, limits: Limits) -> int:
@@ -650,10 +664,7 @@ def autograde(
         sources = {k: v for k, v in sources.items() if k in wanted}
     if not sources:
         raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
-    try:
-        sandbox.probe()
-    except SandboxError as err:
-        raise GradingError(f"cannot grade: {err}") from None
+    _check_sandbox(solutions, submissions)
     students = _students(submissions)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     grades: list[NotebookGrade] = []
@@ -661,6 +672,7 @@ def autograde(
     with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
         course = Path(tmp)
         _build_source(course, sources)
+        (course / "tmp").mkdir()
         for student_dir in students:
             student = student_dir.name
             for extra in sorted(student_dir.glob("*.ipynb")):

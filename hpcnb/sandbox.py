@@ -97,8 +97,8 @@ class Limits:
         return cls(**{k: None if v is None else int(v) for k, v in values.items()})
 
     def prlimit_args(self) -> list[str]:
-        return [f"--cpu={self.cpu_seconds or DEFAULT_CPU_SECONDS}", f"--as={self.memory_bytes}", f"--nproc={self.processes}",
-                f"--fsize={self.file_bytes}", f"--nofile={self.open_files}", "--core=0"]
+        return [f"--cpu={self.cpu_seconds or DEFAULT_CPU_SECONDS}", f"--as={self.memory_bytes}",
+                f"--nproc={self.processes}", f"--fsize={self.file_bytes}", f"--nofile={self.open_files}", "--core=0"]
 
 
 # ------------------------------------------------------------------ the grader's user
@@ -147,7 +147,7 @@ def bind_sources() -> list[Path]:
     return paths + [p for p in dirs if not any(q != p and _under(p, q) for q in dirs)]
 
 
-def sandbox_env(limits: Limits, extra: dict[str, str] | None = None) -> dict[str, str]:
+def sandbox_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment inside: nothing is inherited."""
     import hpcnb
 
@@ -274,7 +274,7 @@ def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None
         os.set_inheritable(fd, True)
     if discard_output:
         command = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh", *command]
-    argv = bwrap_argv(sources, data, limits, sandbox_env(limits, env), command, info_fd)
+    argv = bwrap_argv(sources, data, limits, sandbox_env(env), command, info_fd)
     os.execve(bwrap, argv, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
 
 
@@ -525,12 +525,13 @@ def _execute_class() -> type:
         execute_cell = run_sync(async_execute_cell)
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
-            """A cell past its time limit: stop the kernel's forked copies, interrupt it (nbclient),
-            and give up on the notebook (as nbgrader does) only if the kernel then never answers."""
+            """A cell past its time limit: stop the kernel's forked copies (their process slots may be
+            what the kernel needs to handle the interrupt), interrupt it (nbclient), and give up on
+            the notebook (as nbgrader does) only if the kernel then never answers."""
             stopped = self.km.stop_forks() if hasattr(self.km, "stop_forks") else 0
             if stopped and cell is not None:
-                cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked "
-                                          "copies of the kernel were stopped, then the kernel interrupted"))
+                cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked copies "
+                                          "of the kernel were stopped and the kernel interrupted"))
             reply = await super()._async_handle_timeout(timeout, cell)
             grace = max(INTERRUPT_GRACE, min(timeout, 60))
             if not await self._interrupted_kernel_answers(grace):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -88,7 +89,9 @@ print("SLURM:", job.returncode, seen)
 """
     return {
         "snoop": with_attack(snoop),
-        "forkbomb": with_attack("import os\nwhile True:\n    os.fork()"),
+        "forkbomb": with_attack(  # copies of the kernel fill the sandbox's process slots, and stay
+            "import os, time\nwhile True:\n    try:\n        if os.fork() == 0:\n            time.sleep(3600)\n"
+            "    except BlockingIOError:\n        time.sleep(0.01)"),
         "setsid": with_attack(
             "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             f"        os.execvp('sleep', ['sleep', '{token}'])\n    os._exit(0)\nos.wait()\nprint('detached')"),
@@ -156,7 +159,9 @@ def test_hostile_submissions_are_contained(tmp_path: Path, monkeypatch: pytest.M
     ours_sacct = subprocess.run(["sacct", "-n", "-X", "-o", "JobName%30"], capture_output=True, text=True)
     assert "hostile-job" not in ours_sacct.stdout  # never the grader's Slurm
 
-    assert "forked copies of the kernel were stopped" in feedback["forkbomb"]
+    stopped = re.search(r"(\d+) forked copies of the kernel were stopped and the kernel interrupted",
+                        feedback["forkbomb"])
+    assert stopped and LIMITS.processes // 2 < int(stopped.group(1)) < LIMITS.processes, feedback["forkbomb"][-3000:]
     assert "were still running when the last cell finished" in feedback["setsid"]
     assert f"sleep {token}" in feedback["setsid"]
     assert "/usr/x Read-only file system" in feedback["disk"] and "/x Read-only file system" in feedback["disk"]
@@ -224,3 +229,10 @@ def test_limit_option() -> None:
     for bad in ("procs=3", "memory_bytes=lots", "processes="):
         with pytest.raises(Exception, match="NAME=VALUE|whole number"):
             grading._limit(bad)
+
+
+def test_autograde_refuses_a_course_the_sandbox_would_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "subs").mkdir()
+    monkeypatch.setattr(sandbox, "bind_sources", lambda: [Path("/usr"), tmp_path])
+    with pytest.raises(grading.GradingError, match=f"the sandbox shows {tmp_path} .* holds {tmp_path / 'subs'}"):
+        autograde(tmp_path / "subs", tmp_path / "out", solutions=FIXTURE)
