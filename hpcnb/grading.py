@@ -405,15 +405,14 @@ def _bundle_files(root: Path) -> Iterator[Path]:
 
 
 def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, quiet: bool = False) -> list[str]:
-    """Write the student bundle into ``out`` (a new folder, or ``.tar.gz``): the course without
-    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Refuses
-    (GradingError) when the bundle would carry a solution (see :func:`bundle_problems`)."""
+    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course without
+    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Nothing is
+    written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
     out, root = Path(out), Path(root)
-    archive = out.name.endswith(".tar.gz")
-    folder = Path(tempfile.mkdtemp(prefix="hpcnb-release-")) if archive else out
-    if folder.exists() and any(folder.iterdir()):
-        raise GradingError(f"{out} is not empty: give a new folder")
-    try:
+    if out.exists() and (out.is_file() or any(out.iterdir())):
+        raise GradingError(f"{out} exists: give a new folder or archive name")
+    with tempfile.TemporaryDirectory(prefix="hpcnb-release-") as tmp:
+        folder = Path(tmp) / out.name.removesuffix(".tar.gz")
         for path in _bundle_files(root):
             dest = folder / path.relative_to(root)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -423,17 +422,17 @@ def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, q
         if problems:
             raise GradingError("the student bundle would carry solutions:\n  " + "\n  ".join(problems))
         files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-        if archive:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.name.endswith(".tar.gz"):
             import tarfile
 
             with tarfile.open(out, "w:gz") as tar:
-                tar.add(folder, arcname=out.name.removesuffix(".tar.gz"))
-        if not quiet:
-            print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
-        return files
-    finally:
-        if archive:
-            shutil.rmtree(folder, ignore_errors=True)
+                tar.add(folder, arcname=folder.name)
+        else:
+            shutil.copytree(folder, out, dirs_exist_ok=True)
+    if not quiet:
+        print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
+    return files
 
 
 def bundle_problems(bundle: Path, solutions: Path = SOLUTIONS_DIR) -> list[str]:

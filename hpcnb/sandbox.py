@@ -27,9 +27,14 @@ Code that submits Slurm jobs gets a private local Slurm (``HPCNB_SLURM=local``, 
 sandbox's home): it lives and dies with the sandbox, and never sees the grader's jobs.
 
 The kernel talks ZeroMQ over ``ipc`` sockets in the sandbox's ``/run/kernel``, which the grader
-reaches through ``/proc/PID/root`` (no network is shared). Output beyond
-``SandboxedExecute.max_output_bytes`` per cell is dropped with a note, and every message over
-``MAX_MESSAGE_BYTES`` is refused by ZeroMQ, so a flood of output cannot swamp the grader.
+reaches through ``/proc/PID/root`` (no network is shared). What the feedback then tells the student:
+
+* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note; messages
+  over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
+  costs the grader little memory, and output that never arrived is noted too;
+* a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
+  many), the kernel is interrupted, and only a kernel that then never answers ends the notebook;
+* processes still running after the last cell are listed in a note, then stopped with the sandbox.
 """
 from __future__ import annotations
 
@@ -181,6 +186,10 @@ def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limit
             "--new-session", "--hostname", HOSTNAME]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    size = str(limits.disk_bytes)  # the writable places first: a bind below one (a venv in /tmp) stays
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME,
+             "--size", str(1 << 20), "--tmpfs", "/run", "--dir", KERNEL_DIR]
     for name in TOP_LEVEL:
         top = Path("/") / name
         if top.is_symlink():
@@ -189,10 +198,6 @@ def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limit
             argv += ["--ro-bind", str(top), str(top)]
     for dest, src in sources.items():
         argv += ["--ro-bind", src, str(dest)]
-    size = str(limits.disk_bytes)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
-             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME,
-             "--size", str(1 << 20), "--tmpfs", "/run", "--dir", KERNEL_DIR]
     for dest, fd in data_fds.items():
         argv += ["--ro-bind-data", str(fd), dest]
     argv += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", HOME, "--clearenv"]
@@ -224,12 +229,12 @@ def _stage(paths: list[Path]) -> dict[Path, str]:
     /tmp that the unprivileged user can walk; returns {sandbox path: staged path}."""
     _libc_call("unshare", _CLONE_NEWNS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    handles = {p: os.open(p, os.O_PATH) for p in paths}  # in this namespace, before /tmp is covered
-    _mount("hpcnb-stage", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    handles = {p: (os.open(p, os.O_PATH), p.is_dir()) for p in paths}  # in this namespace, before
+    _mount("hpcnb-stage", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")  # /tmp is covered
     staged: dict[Path, str] = {}
-    for index, (path, fd) in enumerate(handles.items()):
+    for index, (path, (fd, is_dir)) in enumerate(handles.items()):
         target = f"/tmp/{index}"
-        if path.is_dir():
+        if is_dir:
             os.mkdir(target)
         else:
             Path(target).touch()

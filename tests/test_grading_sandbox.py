@@ -195,13 +195,14 @@ def test_release_refuses_a_leak(tmp_path: Path) -> None:
     shutil.copy(FIXTURE / f"{FIXTURE_NB}.ipynb", root / "notebooks" / "answers.ipynb")
     with pytest.raises(grading.GradingError, match="would carry solutions") as refused:
         release(tmp_path / "bundle", root=root, solutions=FIXTURE, quiet=True)
+    assert not (tmp_path / "bundle").exists()  # nothing written
     said = str(refused.value)
     assert "notebooks/answers.ipynb: nbgrader marker in a cell" in said
     assert "notebooks/answers.ipynb: solution cell 'add' is filled in" in said
     assert "notebooks/answers.ipynb: hidden test 'assert add(-40, 40) == 0" in said
-    (tmp_path / "bundle" / "solutions").mkdir()
+    (tmp_path / "bundle" / "solutions").mkdir(parents=True)
     assert "solutions: a solutions/ folder" in bundle_problems(tmp_path / "bundle", FIXTURE)
-    with pytest.raises(grading.GradingError, match="not empty"):
+    with pytest.raises(grading.GradingError, match="exists: give a new folder"):
         release(tmp_path / "bundle", root=root, solutions=FIXTURE, quiet=True)
 
 

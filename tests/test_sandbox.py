@@ -143,3 +143,18 @@ def test_staging_leaves_nothing_mounted() -> None:
     before = Path("/proc/self/mounts").read_text()
     assert in_sandbox("print('hello')").stdout == "hello\n"
     assert Path("/proc/self/mounts").read_text() == before
+
+
+def test_a_checkout_under_tmp_is_still_seen(tmp_path: Path) -> None:
+    """hpcnb (or a venv) below /tmp is bound over the sandbox's private /tmp, not hidden by it."""
+    import shutil
+
+    checkout = tmp_path / "clone"
+    shutil.copytree(ROOT / "hpcnb", checkout / "hpcnb", ignore=shutil.ignore_patterns("__pycache__"))
+    (checkout / "solutions").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--", sys.executable, "-c",
+            "import os, hpcnb; print(hpcnb.__file__, sorted(os.listdir(os.path.dirname(os.path.dirname(hpcnb.__file__)))))"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 1) == [str(checkout / "hpcnb" / "__init__.py"), "['hpcnb']\n"]
