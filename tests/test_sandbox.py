@@ -4,6 +4,7 @@ The hostile submissions graded end to end (nbgrader) are in tests/test_grading_s
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ LIMITS = sandbox.Limits(cpu_seconds=60, memory_bytes=2 << 30, processes=64, file
 
 
 def in_sandbox(code: str, limits: sandbox.Limits = LIMITS, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--limits", json.dumps(sandbox.asdict(limits)),
+    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--limits", json.dumps(dataclasses.asdict(limits)),
             "--", sys.executable, "-c", textwrap.dedent(code)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -99,7 +100,7 @@ def test_processes_are_counted_per_sandbox_and_end_with_it() -> None:
         time.sleep(5)
     """
     first = subprocess.Popen([sys.executable, "-m", "hpcnb.sandbox", "run", "--limits",
-                              json.dumps(sandbox.asdict(LIMITS)), "--", sys.executable, "-c", textwrap.dedent(hog)],
+                              json.dumps(dataclasses.asdict(LIMITS)), "--", sys.executable, "-c", textwrap.dedent(hog)],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout is not None
@@ -158,3 +159,10 @@ def test_a_checkout_under_tmp_is_still_seen(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(" ", 1) == [str(checkout / "hpcnb" / "__init__.py"), "['hpcnb']\n"]
+
+
+def test_cpu_seconds_stop_a_spinning_process() -> None:
+    started = time.monotonic()
+    done = in_sandbox("while True:\n    pass", dataclasses.replace(LIMITS, cpu_seconds=1), timeout=60)
+    assert done.returncode == 128 + 24, (done.returncode, done.stderr)  # SIGXCPU, passed on by bwrap
+    assert time.monotonic() - started < 30
