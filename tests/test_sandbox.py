@@ -164,5 +164,5 @@ def test_a_checkout_under_tmp_is_still_seen(tmp_path: Path) -> None:
 def test_cpu_seconds_stop_a_spinning_process() -> None:
     started = time.monotonic()
     done = in_sandbox("while True:\n    pass", dataclasses.replace(LIMITS, cpu_seconds=1), timeout=60)
-    assert done.returncode == 128 + 24, (done.returncode, done.stderr)  # SIGXCPU, passed on by bwrap
+    assert done.returncode in (128 + 9, 128 + 24), (done.returncode, done.stderr)  # SIGKILL or SIGXCPU
     assert time.monotonic() - started < 30
