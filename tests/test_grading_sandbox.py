@@ -86,6 +86,10 @@ job = subprocess.run(["sbatch", "--parsable", "--wait", "-J", "hostile-job", "--
                      capture_output=True, text=True)
 seen = subprocess.run(["sacct", "-n", "-X", "-o", "JobName%30"], capture_output=True, text=True).stdout.split()
 print("SLURM:", job.returncode, seen)
+for sbatch in ["/usr/bin/sbatch", "/opt/slurm/bin/sbatch"]:  # a real Slurm's, if the machine has one
+    if os.path.exists(sbatch):
+        real = subprocess.run([sbatch, "--test-only", "--wrap", "true"], capture_output=True, text=True, timeout=60)
+        print("REAL SLURM:", sbatch, real.returncode != 0)
 """
     return {
         "snoop": with_attack(snoop),
@@ -156,6 +160,7 @@ def test_hostile_submissions_are_contained(tmp_path: Path, monkeypatch: pytest.M
     limits = [LIMITS.cpu_seconds, LIMITS.memory_bytes, LIMITS.processes, LIMITS.file_bytes]
     assert f"LIMITS: {limits}" in snoop and "MEMORY: MemoryError" in snoop
     assert "SLURM: 0 ['hostile-job']" in snoop  # its own private Slurm, with only its own job
+    assert set(re.findall(r"REAL SLURM: \S+ (\w+)", snoop)) <= {"True"}  # a real Slurm's sbatch failed
     ours_sacct = subprocess.run(["sacct", "-n", "-X", "-o", "JobName%30"], capture_output=True, text=True)
     assert "hostile-job" not in ours_sacct.stdout  # never the grader's Slurm
 
