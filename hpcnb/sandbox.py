@@ -99,6 +99,10 @@ class Limits:
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"unknown sandbox limit(s): {', '.join(sorted(unknown))}")
+        bad = [k for k, v in values.items() if v is not None and not str(v).isdigit()]
+        if bad:
+            raise ValueError(f"sandbox limit(s) {', '.join(sorted(bad))}: not a whole number of seconds, bytes "
+                             "or processes")
         return cls(**{k: None if v is None else int(v) for k, v in values.items()})
 
     def prlimit_args(self) -> list[str]:
@@ -493,10 +497,6 @@ def _execute_class() -> type:
         def __init__(self, **kwargs: Any) -> None:
             kwargs.setdefault("kernel_manager_class", __getattr__("SandboxKernelManager"))
             super().__init__(**kwargs)
-
-        def __init__(self, **kwargs: Any) -> None:
-            kwargs.setdefault("kernel_manager_class", __getattr__("SandboxKernelManager"))
-            super().__init__(**kwargs)
             self._output_used: dict[int, int] = {}
             self._idle_seen = False
             self._left: list[str] = []
@@ -654,6 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "kernel":
         kernel(rest)
         return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "probe":
             probe()

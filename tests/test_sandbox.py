@@ -130,6 +130,8 @@ def test_limits_parse() -> None:
     assert sandbox.Limits.from_dict({"processes": "32"}).processes == 32
     with pytest.raises(ValueError, match="unknown sandbox limit"):
         sandbox.Limits.from_dict({"procs": 3})
+    with pytest.raises(ValueError, match="processes: not a whole number"):
+        sandbox.Limits.from_dict({"processes": "-1"})
 
 
 def test_probe_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
