@@ -17,6 +17,7 @@ PACKAGES=(
     chromium          # headless browser tests (Playwright drives /usr/bin/chromium)
     fonts-liberation  # so that pages rendered by chromium have real fonts
     libnss-wrapper    # fake users/hosts for the local Slurm and ssh tests
+    bubblewrap        # the grader's sandbox for student code (hpcnb/sandbox.py)
     cmake             # Horovod build (ci/build-horovod.sh)
     g++
     make

@@ -4,6 +4,7 @@ Both go through nbgrader (its own preprocessors, in a throw-away course director
 
     python -m hpcnb.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
     python -m hpcnb.grading check        # exercises/ up to date with solutions/, and nothing leaked
+    python -m hpcnb.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
     python -m hpcnb.grading autograde SUBMISSIONS --out grades/
                                          # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
 
@@ -17,6 +18,8 @@ each student's notebook in its own process (``nbgrader autograde``: submitted te
 replaced by the source's, deleted ones are added back, hidden tests come back; every cell runs
 under ``ExecutePreprocessor.timeout``), then writes ``grades.csv``, ``cells.csv``, feedback
 HTML (``nbgrader generate_feedback``) per student, the autograded notebooks and the gradebook.
+nbgrader runs as the instructor; the student's code runs only in the kernel, which nbgrader's
+Execute (:class:`hpcnb.sandbox.SandboxedExecute`) starts in a bubblewrap sandbox of its own.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import argparse
 import ast
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -33,9 +37,12 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from hpcnb import sandbox
+from hpcnb.sandbox import Limits, SandboxError
 
 ROOT = Path(__file__).resolve().parent.parent
 # The course checkout's folders (an editable install); from a plain install: the current folder's.
@@ -52,10 +59,12 @@ __all__ = [
     "GradingError",
     "NotebookGrade",
     "autograde",
+    "bundle_problems",
     "check",
     "generate",
     "main",
     "plant_wrong_answer",
+    "release",
     "secret_regions",
 ]
 
@@ -101,10 +110,20 @@ def _scripts_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([*parts, scripts])
 
 
-def _config(course: Path, timeout: int | None = None) -> Any:
+def _config(course: Path, timeout: int | None = None, limits: Limits | None = None) -> Any:
     from traitlets.config import Config
 
     c = Config()
+    if limits is not None:  # autograde: the kernel runs in the sandbox (hpcnb.sandbox)
+        from nbgrader.converters import Autograde
+        from nbgrader.preprocessors import Execute
+
+        from hpcnb.sandbox import SandboxedExecute
+
+        default = Autograde.class_traits()["autograde_preprocessors"].default()
+        c.Autograde.autograde_preprocessors = [SandboxedExecute if p is Execute else p for p in default]
+        c.SandboxKernelManager.limits = asdict(limits)
+        c.SandboxKernelManager.sandbox_env = {"NBGRADER_EXECUTION": "autograde"}
     c.CourseDirectory.root = str(course)
     c.CourseDirectory.course_id = "hpcnb"
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell comes back from the gradebook
@@ -117,7 +136,7 @@ def _config(course: Path, timeout: int | None = None) -> Any:
 
 
 def _run_converter(kind: str, course: Path, assignment: str, student: str | None = None,
-                   timeout: int | None = None, db: bool = True) -> dict[str, Any]:
+                   timeout: int | None = None, db: bool = True, limits: Limits | None = None) -> dict[str, Any]:
     """Run one nbgrader converter in this process; return capture_log's dict (success, log, error)."""
     import logging
 
@@ -126,7 +145,7 @@ def _run_converter(kind: str, course: Path, assignment: str, student: str | None
     from nbgrader.utils import capture_log
 
     _scripts_on_path()
-    cfg = _config(course, timeout)
+    cfg = _config(course, timeout, limits)
     if kind == "generate" and not db:  # nbgrader's --no-db flag
         cfg.SaveCells.enabled = False
         cfg.GenerateAssignment.no_database = True
@@ -365,6 +384,101 @@ def check(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR) -> l
     return problems
 
 
+# ------------------------------------------------------------------------------ release
+
+#: What students get of the course checkout (exercises/ is generated afresh from solutions/).
+BUNDLE = ("README.md", "Makefile", "pyproject.toml", "environment.yml", "ci/install-system-deps.sh",
+          "ci/build-horovod.sh", "hpcnb", "notebooks")
+_NOT_BUNDLED = {"__pycache__", ".ipynb_checkpoints", "work", "solutions", "tests"}
+
+
+def _bundle_files(root: Path) -> Iterator[Path]:
+    for name in BUNDLE:
+        top = root / name
+        if top.is_file():
+            yield top
+        for path in sorted(top.rglob("*")) if top.is_dir() else []:
+            rel = path.relative_to(root).parts
+            if path.is_file() and not any(p in _NOT_BUNDLED or p.startswith(".") for p in rel) \
+                    and path.suffix != ".pyc":
+                yield path
+
+
+def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, quiet: bool = False) -> list[str]:
+    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course without
+    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Nothing is
+    written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
+    out, root = Path(out), Path(root)
+    if out.exists() and (out.is_file() or any(out.iterdir())):
+        raise GradingError(f"{out} exists: give a new folder or archive name")
+    with tempfile.TemporaryDirectory(prefix="hpcnb-release-") as tmp:
+        folder = Path(tmp) / out.name.removesuffix(".tar.gz")
+        for path in _bundle_files(root):
+            dest = folder / path.relative_to(root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        generate(solutions, folder / "exercises", quiet=True)
+        problems = bundle_problems(folder, solutions)
+        if problems:
+            raise GradingError("the student bundle would carry solutions:\n  " + "\n  ".join(problems))
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.name.endswith(".tar.gz"):
+            import tarfile
+
+            with tarfile.open(out, "w:gz") as tar:
+                tar.add(folder, arcname=folder.name)
+        else:
+            shutil.copytree(folder, out, dirs_exist_ok=True)
+    if not quiet:
+        print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
+    return files
+
+
+def bundle_problems(bundle: Path, solutions: Path = SOLUTIONS_DIR) -> list[str]:
+    """Why ``bundle`` is not fit for students: a ``solutions``/``tests`` folder, a notebook with
+    nbgrader markers or filled-in solution cells, a hidden test anywhere, or exercises that are
+    not the generated ones (:func:`check`). Lessons may share code with solutions: they teach it."""
+    notebooks = solution_notebooks(solutions)
+    hidden: set[str] = set()
+    for path in notebooks.values():
+        secrets, public = secret_regions(_read(path))
+        allowed = _text_lines(public)
+        hidden |= {line.strip() for what, text in secrets if what.startswith("hidden")
+                   for line in text.splitlines() if _significant(line) and line.strip() not in allowed}
+    problems = [f"{p.relative_to(bundle)}: a {p.name}/ folder" for p in sorted(bundle.rglob("*"))
+                if p.is_dir() and p.name in ("solutions", "tests")]
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        rel = path.relative_to(bundle)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        text = raw
+        if path.suffix == ".ipynb":
+            try:
+                nb = json.loads(raw)
+                text = "\n".join(_strings(nb))
+                problems += _notebook_problems(rel, nb)
+            except json.JSONDecodeError:
+                problems.append(f"{rel}: not a notebook (JSON)")
+        problems += [f"{rel}: hidden test {line!r}" for line in sorted(hidden & _text_lines(text))]
+    return problems + check(solutions, bundle / "exercises")
+
+
+def _notebook_problems(rel: Path, nb: dict[str, Any]) -> list[str]:
+    """nbgrader markers, and solution cells that hold more than nbgrader's stub."""
+    problems = []
+    for cell in nb.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if _MARKER.search(source):
+            problems.append(f"{rel}: nbgrader marker in a cell")
+        meta = _nbgrader_meta(cell)
+        if meta.get("solution") and not _text_lines(source) & _STUB_LINES:
+            problems.append(f"{rel}: solution cell {meta.get('grade_id')!r} is filled in")
+    return sorted(set(problems))
+
+
 # ------------------------------------------------------------------------- autograde
 
 @dataclass
@@ -457,12 +571,14 @@ def _kill_tree(pid: int) -> None:
 
 
 def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: int,
-                         limit: float) -> tuple[str, str]:
-    """Autograde + feedback for one notebook in its own process group; (status, log tail)."""
+                         limit: float, limits: Limits) -> tuple[str, str]:
+    """Autograde + feedback for one notebook in its own process group; (status, log tail).
+    The process is the instructor's (nbgrader); the submission's code runs in its kernel's sandbox."""
     argv = [sys.executable, "-m", "hpcnb.grading", "_grade-one", str(course), assignment, student,
-            "--timeout", str(timeout)]
+            "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["TMPDIR"] = str(course / "tmp")  # the kernel's host-side files go when the course goes
     proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
@@ -484,9 +600,22 @@ def _error_summary(log: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _grade_one(course: Path, assignment: str, student: str, timeout: int) -> int:
-    """The child process: nbgrader autograde, then generate_feedback, for one notebook."""
-    result = _run_converter("autograde", course, assignment, student, timeout=timeout)
+def _check_sandbox(*secret: Path) -> None:
+    """A sandbox starts here, and none of the folders it shows holds ``secret`` ones."""
+    try:
+        sandbox.probe()
+    except SandboxError as err:
+        raise GradingError(f"cannot grade: {err}") from None
+    for shown in sandbox.bind_sources():
+        for path in secret:
+            if shown.resolve() in (path.resolve(), *path.resolve().parents):
+                raise GradingError(f"cannot grade: the sandbox shows {shown} (Python or hpcnb lives there), "
+                                   f"which holds {path}: move the course or the submissions out of it")
+
+
+def _grade_one(course: Path, assignment: str, student: str, timeout: int, limits: Limits) -> int:
+    """The child process: nbgrader autograde (the kernel in a sandbox), then generate_feedback."""
+    result = _run_converter("autograde", course, assignment, student, timeout=timeout, limits=limits)
     print(result.get("log", ""))
     if not result.get("success"):
         print(result.get("error", ""), file=sys.stderr)
@@ -507,6 +636,7 @@ def autograde(
     timeout: int = DEFAULT_TIMEOUT,
     notebook_timeout: float | None = None,
     notebooks: Iterable[str] | None = None,
+    limits: Limits | None = None,
     quiet: bool = False,
 ) -> list[NotebookGrade]:
     """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
@@ -517,6 +647,9 @@ def autograde(
     (a cell over it is interrupted and scores 0); ``notebook_timeout``: seconds for one whole
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
+
+    Each notebook's code runs in its own sandbox (:mod:`hpcnb.sandbox`) with ``limits`` (default:
+    :class:`~hpcnb.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
     """
     submissions, out = Path(submissions), Path(out)
     if not submissions.is_dir():
@@ -530,6 +663,7 @@ def autograde(
         sources = {k: v for k, v in sources.items() if k in wanted}
     if not sources:
         raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
+    _check_sandbox(solutions, submissions)
     students = _students(submissions)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     grades: list[NotebookGrade] = []
@@ -537,6 +671,7 @@ def autograde(
     with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
         course = Path(tmp)
         _build_source(course, sources)
+        (course / "tmp").mkdir()
         for student_dir in students:
             student = student_dir.name
             for extra in sorted(student_dir.glob("*.ipynb")):
@@ -554,7 +689,10 @@ def autograde(
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(submitted, target / f"{stem}.ipynb")
                 limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
-                status, log = _grade_in_subprocess(course, stem, student, timeout, limit)
+                used = limits or Limits()
+                if used.cpu_seconds is None:
+                    used = replace(used, cpu_seconds=math.ceil(limit))
+                status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
                 score, max_score, cells = _read_grades(course, stem, student)
                 autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
                 for name, ename in _cell_errors(autograded).items():
@@ -572,11 +710,13 @@ def autograde(
                     for cell in grade.cells.values():
                         cell.score = 0.0
                 feedback = course / "feedback" / student / stem / f"{stem}.html"
+                dest = out / "feedback" / student / f"{stem}.html"
+                dest.parent.mkdir(parents=True, exist_ok=True)
                 if status == "graded" and feedback.exists():
-                    dest = out / "feedback" / student / f"{stem}.html"
-                    dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(feedback, dest)
-                    grade.feedback = dest
+                else:  # the student hears why too
+                    dest.write_text(_failure_feedback(grade))
+                grade.feedback = dest
                 if autograded.exists():
                     dest = out / "autograded" / student / f"{stem}.ipynb"
                     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -588,6 +728,16 @@ def autograde(
         shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
     _write_csv(out, grades)
     return grades
+
+
+def _failure_feedback(grade: NotebookGrade) -> str:
+    """A feedback page for a notebook that could not be graded (nbgrader writes none)."""
+    from html import escape
+
+    title = escape(f"{grade.notebook}: {grade.score:g} / {grade.max_score:g}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head><body>\n"
+            f"<h1>{title}</h1>\n<p>Your notebook could not be graded ({escape(grade.status)}):</p>\n"
+            f"<pre>{escape(grade.message)}</pre>\n</body></html>\n")
 
 
 def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
@@ -659,6 +809,23 @@ def plant_wrong_answer(nb: Any, cell_index: int) -> Any:
 
 # -------------------------------------------------------------------------------- CLI
 
+def _limits_json(text: str) -> Limits:
+    return Limits.from_dict(json.loads(text))
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` of a sandbox limit (VALUE: an integer, or with K, M, G for bytes)."""
+    name, _, value = text.partition("=")
+    names = [f.name for f in fields(Limits)]
+    if name not in names or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(names)}: {text!r}")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1].upper(), 1)
+    number = value[:-1] if scale > 1 else value
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return name, int(number) * scale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcnb.grading", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -667,6 +834,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in (gen, chk):
         p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
         p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
+    bundle = sub.add_parser("release", help="write the student bundle: the course without solutions/ or tests")
+    bundle.add_argument("out", type=Path, help="a new folder, or a file name ending in .tar.gz")
+    bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
     grade = sub.add_parser("autograde", help="grade SUBMISSIONS/<student>/<notebook>.ipynb")
     grade.add_argument("submissions", type=Path)
     grade.add_argument("--out", type=Path, default=Path("grades"))
@@ -675,11 +845,15 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--notebook-timeout", type=float, default=None,
                        help="seconds for one whole notebook (default: timeout x (code cells + 2) + 120)")
     grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
+    grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
+                       help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
+                            "(repeatable; see hpcnb.sandbox.Limits)")
     one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
     one.add_argument("course", type=Path)
     one.add_argument("assignment")
     one.add_argument("student")
     one.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
+    one.add_argument("--limits", type=_limits_json, default=Limits())
     args = parser.parse_args(argv)
     try:
         if args.command == "generate":
@@ -696,13 +870,17 @@ def main(argv: list[str] | None = None) -> int:
             count = len(solution_notebooks(args.solutions))
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
             return 0
+        if args.command == "release":
+            release(args.out, solutions=args.solutions)
+            return 0
         if args.command == "autograde":
+            limits = replace(Limits(), **dict(args.limit)) if args.limit else None
             grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
-                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks)
+                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
             print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
                   f"feedback in {args.out / 'feedback'}")
             return 0
-        return _grade_one(args.course, args.assignment, args.student, args.timeout)
+        return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
     except GradingError as err:
         print(f"hpcnb.grading: {err}", file=sys.stderr)
         return 2

@@ -401,7 +401,7 @@ def autograde_real_solution(stem: str, tmp_path: Path) -> None:
     by = {g.student: g for g in grades}
     full = sum(points(solution).values())
     report = {s: f"{g.score:g}/{g.max_score:g} {g.status} " + str({c.name: (c.score, c.error) for c in g.cells.values()})
-              for s, g in by.items()}
+              + (f" {g.message}" if g.message else "") for s, g in by.items()}
     print(f"\n{stem}: " + "\n  ".join(f"{s}: {r}" for s, r in report.items()))
     assert by["solution"].status == "graded" and by["solution"].score == full == by["solution"].max_score, report
     untouched = by["untouched"]

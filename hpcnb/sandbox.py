@@ -1,0 +1,676 @@
+"""A sandbox for untrusted notebook code: a Jupyter kernel inside bubblewrap, as an unprivileged user.
+
+The grader (:mod:`hpcnb.grading`) executes each submission with :class:`SandboxedExecute`, nbgrader's
+Execute preprocessor whose kernel :class:`SandboxKernelManager` starts here. Only the kernel runs
+inside; nbgrader and nbclient stay outside, so the notebook file (hidden tests of cells not yet run),
+the source notebooks, the gradebook and the results never enter the sandbox: a cell's code reaches
+the kernel when it runs, as in any Jupyter session.
+
+``python -m hpcnb.sandbox run [...] -- COMMAND`` (the kernel's launch command) runs as the grader:
+
+* as root it binds what the sandbox needs into a private staging area (``/root`` is closed to
+  other users), then becomes the user ``hpcnb-grader`` (created if missing); otherwise it stays the
+  user it is, and bubblewrap's user namespace keeps everything else out of sight just the same;
+* it execs ``bwrap`` with new user, mount, pid, network (only a loopback that is up), IPC, UTS and
+  cgroup namespaces, ``--die-with-parent``, no further user namespaces; the root holds read-only
+  binds of ``/usr``, a few ``/etc`` files, the Python prefixes and the ``hpcnb`` package (not the
+  course checkout: no ``solutions/``, no tests), a generated ``/etc/passwd``, ``/etc/group`` and
+  ``/etc/hosts``, and size-limited tmpfs for the home, ``/tmp`` and ``/dev/shm``; the rest is
+  read-only. The environment is rebuilt from nothing (no tokens, agents or paths of the grader);
+* inside, ``prlimit`` sets :class:`Limits` (CPU seconds, address space, processes and threads,
+  file size, open files; no core files) on the command. Processes are counted per sandbox: each
+  has its own user namespace, so one submission's fork bomb leaves the next one alone;
+* when the command ends, the pid namespace ends: every process it left behind (a ``setsid``
+  double fork included) is killed, and the tmpfs (with whatever it held) is gone.
+
+Code that submits Slurm jobs gets a private local Slurm (``HPCNB_SLURM=local``, its state in the
+sandbox's home): it lives and dies with the sandbox, and never sees the grader's jobs.
+
+The kernel talks ZeroMQ over ``ipc`` sockets in the sandbox's ``/run/kernel``, which the grader
+reaches through ``/proc/PID/root`` (no network is shared). What the feedback then tells the student:
+
+* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note; messages
+  over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
+  costs the grader little memory, and output that never arrived is noted too;
+* a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
+  many), the kernel is interrupted, and only a kernel that then never answers ends the notebook;
+* processes still running after the last cell are listed in a note, then stopped with the sandbox.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, NoReturn
+
+GRADER_USER = "hpcnb-grader"
+STUDENT = "student"
+HOME = f"/home/{STUDENT}"
+HOSTNAME = "sandbox"
+KERNEL_DIR = "/run/kernel"  # the kernel's connection file and ipc sockets, inside
+CONNECTION_FILE = f"{KERNEL_DIR}/connection.json"
+START_TIMEOUT = 60.0  # seconds for bwrap to report its pid namespace
+DEFAULT_CPU_SECONDS = 3600
+MAX_MESSAGE_BYTES = 16 << 20  # a kernel message larger than this is dropped by ZeroMQ
+MAX_QUEUED_MESSAGES = 32  # the grader's receive queue per socket (ZeroMQ drops output beyond it)
+KERNEL_OUTPUT_BYTES = 8 << 20  # per stream and cell, kept by the kernel (the grader keeps less)
+INTERRUPT_GRACE = 10.0  # seconds at least for an interrupted kernel to answer
+ETC_FILES = (
+    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
+    "fonts", "mime.types", "protocols", "services", "host.conf", "gai.conf", "bash.bashrc", "profile",
+    "inputrc", "os-release", "debian_version", "ssh/ssh_config", "ssh/ssh_config.d", "ssl/certs",
+    "ssl/openssl.cnf", "timezone", "matplotlibrc",
+)
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # links into /usr, or folders
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be set up on this machine (no bwrap, no user namespaces ...)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandbox may use. rlimits are per process (``processes`` counts threads too);
+    ``disk_bytes`` is the size of each writable tmpfs (home, /tmp, /dev/shm). ``cpu_seconds``
+    None: the notebook's time limit when grading, else DEFAULT_CPU_SECONDS."""
+
+    cpu_seconds: int | None = None
+    memory_bytes: int = 8 << 30
+    processes: int = 512
+    file_bytes: int = 512 << 20
+    disk_bytes: int = 1 << 30
+    open_files: int = 1024
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Limits:
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown sandbox limit(s): {', '.join(sorted(unknown))}")
+        bad = [k for k, v in values.items() if v is not None and not str(v).isdigit()]
+        if bad:
+            raise ValueError(f"sandbox limit(s) {', '.join(sorted(bad))}: not a whole number of seconds, bytes "
+                             "or processes")
+        return cls(**{k: None if v is None else int(v) for k, v in values.items()})
+
+    def prlimit_args(self) -> list[str]:
+        return [f"--cpu={self.cpu_seconds or DEFAULT_CPU_SECONDS}", f"--as={self.memory_bytes}",
+                f"--nproc={self.processes}", f"--fsize={self.file_bytes}", f"--nofile={self.open_files}", "--core=0"]
+
+
+# ------------------------------------------------------------------ the grader's user
+
+def grader_ids() -> tuple[int, int] | None:
+    """(uid, gid) of ``hpcnb-grader``, created if missing, when running as root; else None
+    (the sandbox then runs as the current user, in its own user namespace)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(GRADER_USER)
+    except KeyError:
+        made = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+                               "/nonexistent", "--shell", "/usr/sbin/nologin", GRADER_USER],
+                              capture_output=True, text=True)
+        try:  # another grader may have made it at the same moment
+            entry = pwd.getpwnam(GRADER_USER)
+        except KeyError:
+            raise SandboxError(f"cannot create the user {GRADER_USER}: {made.stderr.strip()}") from None
+    return entry.pw_uid, entry.pw_gid
+
+
+# ------------------------------------------------------------------ what the sandbox sees
+
+def _python_dirs() -> list[Path]:
+    """The Python prefixes and the hpcnb package: what the kernel imports."""
+    import hpcnb
+
+    found: list[Path] = []
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        found.append(Path(prefix))
+    found.append(Path(hpcnb.__file__).resolve().parent)
+    return sorted({p for p in found if p.exists() and not _under(p, Path("/usr"))})
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def bind_sources() -> list[Path]:
+    """Host paths bound read-only at the same place in the sandbox."""
+    paths = [Path("/usr")]
+    paths += [Path("/etc") / name for name in ETC_FILES if (Path("/etc") / name).exists()]
+    paths += [Path("/sys/devices/system/cpu")] if Path("/sys/devices/system/cpu").is_dir() else []
+    dirs = [p for p in _python_dirs() if not any(_under(p, q) for q in paths)]
+    return paths + [p for p in dirs if not any(q != p and _under(p, q) for q in dirs)]
+
+
+def sandbox_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment inside: nothing is inherited."""
+    import hpcnb
+
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": HOME, "USER": STUDENT, "LOGNAME": STUDENT, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp", "TERM": "dumb", "MPLBACKEND": "Agg",
+        # hpcnb from a checkout that is not installed: its parent folder holds only hpcnb inside
+        "PYTHONPATH": str(Path(hpcnb.__file__).resolve().parent.parent),
+        "HPCNB_SLURM": "local", "HPCNB_STATE_DIR": f"{HOME}/.hpcnb/slurm",
+        "HPCNB_SANDBOX": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def _text_files(uid: int, gid: int) -> dict[str, str]:
+    return {
+        "/etc/passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                        f"{STUDENT}:x:{uid}:{gid}:{STUDENT}:{HOME}:/bin/bash\n"
+                        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+        "/etc/group": f"root:x:0:\n{STUDENT}:x:{gid}:\nnogroup:x:65534:\n",
+        "/etc/hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost ip6-localhost ip6-loopback {HOSTNAME}\n",
+    }
+
+
+def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limits, env: dict[str, str],
+               command: list[str], info_fd: int | None = None) -> list[str]:
+    """The bwrap command line: ``sources`` maps each sandbox path to the host path bound there."""
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--new-session", "--hostname", HOSTNAME]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    size = str(limits.disk_bytes)  # the writable places first: a bind below one (a venv in /tmp) stays
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME,
+             "--size", str(1 << 20), "--tmpfs", "/run", "--dir", KERNEL_DIR]
+    for name in TOP_LEVEL:
+        top = Path("/") / name
+        if top.is_symlink():
+            argv += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            argv += ["--ro-bind", str(top), str(top)]
+    for dest, src in sources.items():
+        argv += ["--ro-bind", src, str(dest)]
+    for dest, fd in data_fds.items():
+        argv += ["--ro-bind-data", str(fd), dest]
+    argv += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", HOME, "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    return [*argv, "--", "prlimit", *limits.prlimit_args(), "--", *command]
+
+
+# ------------------------------------------------------------------ the launcher (as the grader)
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+
+
+def _libc_call(name: str, *args: Any) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}{args}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: s.encode() if s is not None else None)
+    _libc_call("mount", enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+
+
+def _stage(paths: list[Path]) -> dict[Path, str]:
+    """As root: a private mount namespace where each path is bound read-only below a fresh tmpfs on
+    /tmp that the unprivileged user can walk; returns {sandbox path: staged path}."""
+    _libc_call("unshare", _CLONE_NEWNS)
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    handles = {p: (os.open(p, os.O_PATH), p.is_dir()) for p in paths}  # in this namespace, before
+    _mount("hpcnb-stage", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")  # /tmp is covered
+    staged: dict[Path, str] = {}
+    for index, (path, (fd, is_dir)) in enumerate(handles.items()):
+        target = f"/tmp/{index}"
+        if is_dir:
+            os.mkdir(target)
+        else:
+            Path(target).touch()
+        _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        os.close(fd)
+        staged[path] = target
+    return staged
+
+
+def _memfd(text: str) -> int:
+    fd = os.memfd_create("hpcnb-sandbox", 0)
+    os.write(fd, text.encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None,
+        connection_file: str | None = None, info_file: str | None = None, discard_output: bool = False
+        ) -> NoReturn:
+    """Become ``bwrap`` running ``command`` in the sandbox (this process is replaced).
+    ``discard_output``: the command's stdout and stderr go to /dev/null, not to ours (a kernel
+    copies what it prints there, and the grader reads ours)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxError("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    ids = grader_ids()
+    uid, gid = ids or (os.getuid(), os.getgid())
+    data = {dest: _memfd(text) for dest, text in _text_files(uid, gid).items()}
+    if connection_file is not None:
+        data[CONNECTION_FILE] = os.open(connection_file, os.O_RDONLY)
+    info_fd = os.open(info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if info_file else None
+    paths = bind_sources()
+    sources = _stage(paths) if ids else {p: str(p) for p in paths}
+    if ids:
+        _, most = resource.getrlimit(resource.RLIMIT_NPROC)  # the user namespace's ceiling: the count
+        resource.setrlimit(resource.RLIMIT_NPROC, (most, most))  # per sandbox is set inside (prlimit)
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    for fd in [*data.values(), *([info_fd] if info_fd is not None else [])]:
+        os.set_inheritable(fd, True)
+    if discard_output:
+        command = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh", *command]
+    argv = bwrap_argv(sources, data, limits, sandbox_env(env), command, info_fd)
+    os.execve(bwrap, argv, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+
+
+def probe(timeout: float = 60.0) -> None:
+    """Start a trivial sandbox; raise SandboxError saying why when it cannot work here."""
+    if shutil.which("bwrap") is None:
+        raise SandboxError("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"a trivial sandbox did not finish within {timeout:g} s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip() or f"exit {done.returncode}"
+        raise SandboxError(f"bubblewrap cannot build the sandbox here: {said}")
+
+
+# ------------------------------------------------------------------ the grader's side (Jupyter)
+
+def _sandbox_pid(info_file: Path) -> int | None:
+    try:
+        return int(json.loads(info_file.read_text())["child-pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _ns_pid(pid: int) -> int | None:
+    """A process's pid inside its own pid namespace."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _kernel_manager_class() -> type:
+    from jupyter_client.kernelspec import KernelSpec
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import Dict
+
+    class SandboxKernelManager(AsyncKernelManager):
+        """A kernel started in the sandbox by ``python -m hpcnb.sandbox run``, over ipc sockets."""
+
+        limits = Dict(config=True, help="Limits (hpcnb.sandbox.Limits fields) for the kernel's sandbox")
+        sandbox_env = Dict(config=True, help="extra environment variables inside the sandbox")
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.client_factory = __getattr__("SandboxKernelClient")
+            self.host_dir = Path(tempfile.mkdtemp(prefix="hpcnb-kernel-"))
+            self.transport = "ipc"
+            self.connection_file = str(self.host_dir / "connection.json")
+            self.ip = f"{KERNEL_DIR}/ipc"
+            self.sandbox_pid: int | None = None
+
+        @property
+        def info_file(self) -> Path:
+            return self.host_dir / "bwrap-info.json"
+
+        @property
+        def kernel_spec(self) -> KernelSpec:
+            Limits.from_dict(self.limits)  # a bad limit fails here, clearly
+            argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--connection-file", "{connection_file}",
+                    "--info-file", str(self.info_file), "--limits", json.dumps(self.limits),
+                    "--env", json.dumps(self.sandbox_env), "--discard-output", "--",
+                    sys.executable, "-m", "hpcnb.sandbox", "kernel", "-f", CONNECTION_FILE]
+            return KernelSpec(argv=argv, interrupt_mode="message", language="python",
+                              display_name="Python 3 (hpcnb sandbox)")
+
+        async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+            self.ip = f"{KERNEL_DIR}/ipc"  # what the kernel binds, inside
+            return await super()._async_pre_start_kernel(**kw)
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            kw["cwd"] = str(self.host_dir)
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            deadline = time.monotonic() + START_TIMEOUT
+            while (pid := _sandbox_pid(self.info_file)) is None:
+                if not await self.is_alive():
+                    raise RuntimeError("the kernel's sandbox did not start (see the log above)")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the kernel's sandbox did not start within {START_TIMEOUT:g} s")
+                await asyncio.sleep(0.02)
+            self.sandbox_pid = pid
+            self.ip = f"/proc/{pid}/root{KERNEL_DIR}/ipc"  # the same sockets, from outside
+
+        def _sandbox_processes(self) -> list[Any]:
+            import psutil
+
+            try:
+                return psutil.Process(self.sandbox_pid).children(recursive=True) if self.sandbox_pid else []
+            except psutil.Error:
+                return []
+
+        def kernel_process(self) -> Any:
+            """The kernel's process (psutil), seen from outside: pid 2 of the sandbox (bwrap is 1)."""
+            return next((p for p in self._sandbox_processes() if _ns_pid(p.pid) == 2), None)
+
+        def processes_left(self) -> list[str]:
+            """Command lines of the sandbox's processes other than the kernel and the local Slurm."""
+            import psutil
+
+            left = []
+            for proc in self._sandbox_processes():
+                try:
+                    if _ns_pid(proc.pid) == 2:
+                        continue
+                    cmdline = " ".join(proc.cmdline()) or proc.name()
+                except psutil.Error:
+                    continue
+                if "hpcnb.localslurm" not in cmdline:
+                    left.append(cmdline[:200])
+            return left
+
+        def stop_forks(self, within: float = 5.0) -> int:
+            """SIGKILL the copies of the kernel that ``os.fork()`` made (a fork bomb's): the
+            interrupt that follows then reaches a kernel that can answer. Returns how many."""
+            import psutil
+
+            kernel, stopped = self.kernel_process(), 0
+            deadline = time.monotonic() + within
+            while kernel is not None and time.monotonic() < deadline:
+                try:
+                    cmdline = kernel.cmdline()
+                    copies = [p for p in kernel.children(recursive=True) if p.cmdline() == cmdline]
+                except psutil.Error:
+                    break
+                if not copies:
+                    break
+                for proc in copies:
+                    try:
+                        proc.kill()
+                        stopped += 1
+                    except psutil.Error:
+                        pass
+            return stopped
+
+        def cleanup_ipc_files(self) -> None:
+            """The sockets live in the sandbox's tmpfs, gone with it."""
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            if not restart:
+                shutil.rmtree(self.host_dir, ignore_errors=True)
+
+        cleanup_resources = _async_cleanup_resources
+
+    return SandboxKernelManager
+
+
+def _kernel_client_class() -> type:
+    import zmq.asyncio
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
+
+    class SandboxKernelClient(AsyncKernelClient):
+        """A kernel client whose sockets refuse messages over MAX_MESSAGE_BYTES and queue at most
+        MAX_QUEUED_MESSAGES: what a flood of output may cost the grader's memory is bounded."""
+
+        @default("context")
+        def _context_default(self) -> zmq.asyncio.Context:
+            self._created_context = True
+            context = zmq.asyncio.Context()
+            context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
+            return context
+
+    return SandboxKernelClient
+
+
+def __getattr__(name: str) -> Any:
+    """The Jupyter classes are made on first use: importing hpcnb.sandbox stays light."""
+    makers = {"SandboxKernelManager": _kernel_manager_class, "SandboxKernelClient": _kernel_client_class,
+              "SandboxedExecute": _execute_class}
+    if name in makers:
+        value = makers[name]()
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _output_size(msg: dict[str, Any]) -> int:
+    content = msg.get("content", {})
+    if msg.get("msg_type") == "stream":
+        return len(content.get("text", ""))
+    return sum(len(str(v)) for v in (content.get("data") or {}).values()) + 64
+
+
+def _note(text: str) -> Any:
+    from nbformat.v4 import new_output
+
+    return new_output("stream", name="stderr", text=f"\n[hpcnb grader: {text}]\n")
+
+
+def _execute_class() -> type:
+    from queue import Empty
+
+    from jupyter_core.utils import ensure_async, run_sync
+    from nbclient.exceptions import CellTimeoutError
+    from nbgrader.preprocessors import Execute
+    from traitlets import Integer
+
+    class SandboxedExecute(Execute):
+        """nbgrader's Execute with the kernel in the sandbox and the output of each cell capped."""
+
+        max_output_bytes = Integer(1 << 20, help="output kept per cell; the rest is dropped with a note"
+                                   ).tag(config=True)
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("kernel_manager_class", __getattr__("SandboxKernelManager"))
+            super().__init__(**kwargs)
+            self._output_used: dict[int, int] = {}
+            self._idle_seen = False
+            self._left: list[str] = []
+
+        def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
+            self._output_used, self._left = {}, []
+            nb, resources = super().preprocess(nb, resources, km)
+            if self._left:
+                from nbformat.v4 import new_markdown_cell
+
+                shown = "\n".join(f"- `{c}`" for c in self._left[:20])
+                more = f"\n- ... and {len(self._left) - 20} more" if len(self._left) > 20 else ""
+                nb.cells.append(new_markdown_cell(
+                    f"**hpcnb grader:** {len(self._left)} process(es) were still running when the last "
+                    f"cell finished; the sandbox stopped them:\n\n{shown}{more}"))
+            return nb, resources
+
+        def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
+            result = super().preprocess_cell(cell, resources, index)
+            if index == len(self.nb.cells) - 1 and hasattr(self.km, "processes_left"):
+                self._left = self.km.processes_left()
+            return result
+
+        async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
+            # Output lost to a flood (a message over MAX_MESSAGE_BYTES is refused, and the kernel drops
+            # what the grader cannot read fast enough) is noted, and the cell still counts.
+            self.raise_on_iopub_timeout = False
+            self._idle_seen = False
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+
+        execute_cell = run_sync(async_execute_cell)
+
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            """A cell past its time limit: stop the kernel's forked copies (their process slots may be
+            what the kernel needs to handle the interrupt), interrupt it (nbclient), and give up on
+            the notebook (as nbgrader does) only if the kernel then never answers."""
+            stopped = self.km.stop_forks() if hasattr(self.km, "stop_forks") else 0
+            if stopped and cell is not None:
+                cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked copies "
+                                          "of the kernel were stopped and the kernel interrupted"))
+            reply = await super()._async_handle_timeout(timeout, cell)
+            grace = max(INTERRUPT_GRACE, min(timeout, 60))
+            if not await self._interrupted_kernel_answers(grace):
+                raise CellTimeoutError.error_from_timeout_and_cell(
+                    "Timeout waiting for the kernel to answer after the interrupt", grace, cell)
+            return reply
+
+        async def _interrupted_kernel_answers(self, within: float) -> bool:
+            """Did the interrupted cell's execute_reply come (nbclient uses its own error reply)?"""
+            deadline = time.monotonic() + within
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=left))
+                except Empty:
+                    return False
+                if msg.get("msg_type") == "execute_reply":
+                    return True
+            return False
+
+        def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+            if msg.get("msg_type") == "status" and msg.get("content", {}).get("execution_state") == "idle":
+                self._idle_seen = True
+            return super().process_message(msg, cell, cell_index)
+
+        def on_cell_executed(self, **kwargs: Any) -> None:
+            super().on_cell_executed(**kwargs)
+            if not self._idle_seen:
+                kwargs["cell"].outputs.append(_note(
+                    "some output of this cell never reached the grader (a message over "
+                    f"{MAX_MESSAGE_BYTES >> 20} MiB, or output faster than the grader could read it)"))
+
+        def output(self, outs: list[Any], msg: dict[str, Any], display_id: str | None,
+                   cell_index: int) -> Any:
+            content = msg.get("content", {})
+            if msg.get("msg_type") == "error":  # always kept (it decides the grade), but trimmed
+                content["traceback"] = [line[:2000] for line in content.get("traceback", [])[-60:]]
+                content["evalue"] = str(content.get("evalue", ""))[:2000]
+                return super().output(outs, msg, display_id, cell_index)
+            used = self._output_used.get(cell_index, 0)
+            left = self.max_output_bytes - used
+            size = _output_size(msg)
+            self._output_used[cell_index] = used + size
+            if size <= left:
+                return super().output(outs, msg, display_id, cell_index)
+            if left > 0 and msg.get("msg_type") == "stream":
+                content["text"] = content.get("text", "")[:left]
+                super().output(outs, msg, display_id, cell_index)
+            if left >= 0:
+                outs.append(_note(f"this cell printed more than {self.max_output_bytes} bytes: "
+                                  "the rest of its output was dropped"))
+            return None
+
+    return SandboxedExecute
+
+
+# ------------------------------------------------------------------ the kernel (inside)
+
+def kernel(argv: list[str]) -> None:
+    """The sandbox's kernel: hpcnb's (PATH finds the local Slurm first), with two changes that make
+    a hostile or careless notebook cheaper to grade (the grader does not rely on them):
+
+    * a copy of the kernel made by ``os.fork()`` in a cell that gets back to the kernel's loop (a
+      fork bomb's child) exits instead of lingering as a mute kernel holding a process slot;
+    * each stream keeps at most KERNEL_OUTPUT_BYTES per cell, so an interrupted flood of output is
+      not serialised and sent for minutes before the kernel can answer."""
+    from ipykernel.iostream import OutStream
+    from jupyter_client.session import Session
+
+    from hpcnb.backend import slurm_env
+
+    os.environ.update(slurm_env())
+    send, write = Session.send, OutStream.write
+
+    def send_or_leave(self: Session, *args: Any, **kwargs: Any) -> Any:
+        if self.check_pid and os.getpid() != self.pid:
+            os._exit(1)
+        return send(self, *args, **kwargs)
+
+    def capped_write(self: OutStream, string: str) -> int | None:
+        cell = frozenset(self.parent_header.items())
+        if getattr(self, "_hpcnb_cell", None) != cell:
+            self._hpcnb_cell, self._hpcnb_written = cell, 0
+        before = self._hpcnb_written
+        self._hpcnb_written += len(string)
+        if self._hpcnb_written <= KERNEL_OUTPUT_BYTES or not isinstance(string, str):
+            return write(self, string)
+        if before <= KERNEL_OUTPUT_BYTES:
+            write(self, f"\n[hpcnb sandbox: this cell wrote more than {KERNEL_OUTPUT_BYTES >> 20} MiB to "
+                        f"{self.name}: the rest was dropped]\n")
+        return len(string)
+
+    Session.send = send_or_leave  # type: ignore[method-assign]
+    OutStream.write = capped_write  # type: ignore[method-assign]
+    from ipykernel.kernelapp import launch_new_instance
+
+    sys.argv = [sys.argv[0], *argv]
+    launch_new_instance()
+
+
+# ------------------------------------------------------------------ command line
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcnb.sandbox", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    go = sub.add_parser("run", help="run COMMAND in the sandbox (replaces this process with bwrap)")
+    go.add_argument("--limits", default="{}", help="JSON object of Limits fields")
+    go.add_argument("--env", default="{}", help="JSON object of extra variables inside")
+    go.add_argument("--connection-file", help="a kernel connection file, seen inside as " + CONNECTION_FILE)
+    go.add_argument("--info-file", help="where bwrap writes its pid namespace's pid (JSON)")
+    go.add_argument("--discard-output", action="store_true", help="COMMAND's stdout and stderr to /dev/null")
+    go.add_argument("cmd", nargs=argparse.REMAINDER)
+    sub.add_parser("probe", help="exit 0 if a sandbox can be built here, else say why")
+    sub.add_parser("kernel", help="(inside the sandbox) the Jupyter kernel", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "kernel":
+        kernel(rest)
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "probe":
+            probe()
+            print("the sandbox works here")
+            return 0
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not cmd:
+            parser.error("run: no COMMAND given")
+        run(cmd, Limits.from_dict(json.loads(args.limits)), env=json.loads(args.env),
+            connection_file=args.connection_file, info_file=args.info_file, discard_output=args.discard_output)
+    except (SandboxError, OSError, ValueError) as err:
+        print(f"hpcnb.sandbox: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
