@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build Horovod 0.28.1 (PyTorch + Gloo, no MPI/TF/MXNet) for the torch that is
+# Build Horovod 0.28.1 (PyTorch + Gloo; NCCL too where torch is a CUDA build and nvcc is at
+# hand; no MPI/TF/MXNet) for the torch that is
 # installed in VENV, and install it there.
 #
 #   usage: ci/build-horovod.sh VENV
@@ -54,9 +55,27 @@ TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
     || die "torch is not installed in $VENV; install it first (pip install -e '.[dl]')"
 PYTAG=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 ARCH=$(uname -m)
+# GPU operations: with a CUDA build of torch and the CUDA compiler (a GPU node or a login node
+# with the toolkit loaded), Horovod is built with NCCL, so GPU tensors can be reduced; otherwise
+# it is a CPU build and hpcnb/scripts/horovod_train.py keeps its tensors on the CPU (Horovod
+# without NCCL fails on CUDA tensors: "Requested ReadyEvent with GPU device but not compiled
+# with CUDA"). NCCL comes from torch's own nvidia-nccl wheel when no HOROVOD_NCCL_HOME is set.
+TORCH_CUDA=$("$PY" -c 'import torch; print(torch.version.cuda or "")')
+FLAVOUR=cpu
+if [[ -n "$TORCH_CUDA" ]] && command -v nvcc >/dev/null 2>&1; then
+    FLAVOUR=nccl
+    if [[ -z "${HOROVOD_NCCL_HOME:-}" ]]; then
+        HOROVOD_NCCL_HOME=$("$PY" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' \
+            2>/dev/null) || die "torch is a CUDA build but NCCL is not found: set HOROVOD_NCCL_HOME"
+        export HOROVOD_NCCL_HOME
+    fi
+elif [[ -n "$TORCH_CUDA" ]]; then
+    log "torch is a CUDA $TORCH_CUDA build but nvcc is not on PATH: building Horovod for the CPU only" \
+        "(load the site's CUDA module first for GPU operations)"
+fi
 
 CACHE_ROOT=${HPCNB_WHEEL_CACHE:-$HOME/.cache/hpcnb/wheels}
-CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$PYTAG-$ARCH"
+CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$PYTAG-$ARCH$([[ $FLAVOUR == cpu ]] || echo "-$FLAVOUR")"
 mkdir -p "$CACHE_DIR"
 
 find_wheel() { compgen -G "$CACHE_DIR/horovod-$HOROVOD_VERSION-*.whl" | head -n1 || true; }
@@ -87,7 +106,7 @@ for tool in cmake g++ make; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool is needed to build Horovod (run ci/install-system-deps.sh)"
 done
 
-log "building horovod $HOROVOD_VERSION for torch $TORCH_VERSION ($PYTAG, $ARCH); takes a few minutes"
+log "building horovod $HOROVOD_VERSION ($FLAVOUR) for torch $TORCH_VERSION ($PYTAG, $ARCH); takes a few minutes"
 START=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hpcnb-horovod.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -113,6 +132,7 @@ NCPU=$(nproc 2>/dev/null || echo 2)
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
            HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
            MAKEFLAGS="-j$NCPU"
+    if [[ $FLAVOUR == nccl ]]; then export HOROVOD_GPU_OPERATIONS=NCCL; fi
     "${PIP[@]}" wheel --no-build-isolation --no-deps -w "$WORK/wheel" . \
         > "$WORK/build.log" 2>&1 \
         || { tail -n 60 "$WORK/build.log" >&2; die "horovod build failed (log above)"; }

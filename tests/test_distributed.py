@@ -62,10 +62,13 @@ def _calls(tree: ast.AST) -> set[str]:
 def test_no_job_script_can_pick_nccl_for_cpu_tensors(script: str) -> None:
     """A script that starts a process group takes its device from pick_device and its backend
     from that device (directly or through hpcnb.distributed.init_process_group), and leaves
-    through hpcnb.distributed.leave (or Horovod's shutdown and os._exit)."""
+    through hpcnb.distributed.leave (or Horovod's shutdown and os._exit); a Horovod script takes a GPU
+    only when Horovod was built with NCCL."""
     source = (SCRIPTS / script).read_text()
     calls = _calls(ast.parse(source))
     assert '"nccl" if' not in source and "'nccl' if" not in source, "backend chosen apart from the device"
+    if "import horovod" in source:  # a Horovod built without NCCL fails on CUDA tensors
+        assert {"pick_device", "nccl_built"} <= calls, "Horovod: a GPU device only if it was built with NCCL"
     if "init_process_group" not in calls:
         return
     uses_helper = "from hpcnb.distributed import" in source and "init_process_group" in source.split(

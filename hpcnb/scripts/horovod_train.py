@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb import training
+from hpcnb.distributed import pick_device
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -30,9 +31,9 @@ parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt"
 args = parser.parse_args()
 
 hvd.init()
-if torch.cuda.is_available():
-    torch.cuda.set_device(hvd.local_rank())
-device = torch.device(f"cuda:{hvd.local_rank()}" if torch.cuda.is_available() else "cpu")
+# GPU tensors need a Horovod built with NCCL (HOROVOD_GPU_OPERATIONS=NCCL); ci/build-horovod.sh
+# builds one where CUDA is present. Without it, gradients stay on the CPU, even on a GPU node.
+device = pick_device(hvd.local_rank()) if hvd.nccl_built() else torch.device("cpu")
 training.use_slurm_cpus()
 host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
 hosts = hvd.allgather_object(host)
