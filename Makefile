@@ -8,8 +8,8 @@
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
 #                "A portal for a workshop"), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
-#            TORCH_INDEX_URL (an extra pip index, e.g. the PyTorch CPU index,
-#            where PyPI's default torch build is too large for you).
+#            TORCH_INDEX_URL (an extra pip index: https://download.pytorch.org/whl/cpu
+#            for the CPU build of torch; on Linux PyPI's is the CUDA build, several GB).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -49,8 +49,11 @@ _setup-venv:
 	    echo "make setup: creating $(VENV) with $$($(PYTHON) --version)"; \
 	    $(PYTHON) -m venv $(VENV); \
 	fi; \
-	echo "make setup: pip install -e '.[all]' (torch pinned to the CPU-sized 2.13.0)"; \
+	echo "make setup: pip install -e '.[all]' (torch 2.13.0: on Linux PyPI's is the CUDA build, several GB;" \
+	     "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu or a local wheel gives the CPU build)"; \
 	$(PIP) install --quiet $(PIP_EXTRA) -e '.[all]'; \
+	$(VENV)/bin/python -c 'import torch; print("make setup: torch", torch.__version__, \
+	    "(CUDA " + torch.version.cuda + " build)" if torch.version.cuda else "(CPU build)")'; \
 	bash ci/build-horovod.sh $(VENV); \
 	if [[ -f hpcnb/cli.py && -x $(VENV)/bin/hpcnb ]]; then \
 	    echo "make setup: installing the course Jupyter kernel"; \
