@@ -30,6 +30,28 @@ def become_subreaper() -> None:
         pass
 
 
+def _join_own_group(pid: int) -> None:
+    """setpgid(pid, pid), from parent and child both, so neither races the other."""
+    try:
+        os.setpgid(pid, 0)
+    except OSError:  # the child already exec'd (EACCES) or ended (ESRCH): it set its group itself
+        pass
+
+
+def hand_terminal(fd: int, holder: int, group: int) -> None:
+    """If the terminal on ``fd`` has group ``holder`` in its foreground, give that to ``group``."""
+    try:
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != holder:
+            return
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(fd, group)
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+    except OSError:
+        pass
+
+
 def spawn(
     argv: list[str],
     env: dict[str, str],
@@ -39,16 +61,24 @@ def spawn(
     pid_var: str | None = None,
     error_prefix: str = "slurmstepd",
     rlimits: dict[str, int] | None = None,
+    own_group: bool = False,
 ) -> int:
     """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid.
+    ``own_group`` puts the child in a process group of its own (salloc's command, signalled by killpg).
 
     ``rlimits`` (name -> soft limit, e.g. ``{"FSIZE": 1048576}``) are the submitting shell's
     limits, applied as Slurm's PropagateResourceLimits=ALL does (never above the hard limit here).
     """
+    parent_group = os.getpgrp()
     pid = os.fork()
     if pid:
+        if own_group:
+            _join_own_group(pid)
         return pid
     try:
+        if own_group:
+            _join_own_group(0)
+            hand_terminal(fds[0], parent_group, os.getpid())  # as salloc: the command owns the terminal, Ctrl-C included
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         for sig in signal.valid_signals():  # nothing ignored or caught is inherited (SIGPIPE, SIGXFSZ...)
             if sig not in (signal.SIGKILL, signal.SIGSTOP):

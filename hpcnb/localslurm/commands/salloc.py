@@ -8,7 +8,6 @@ import sys
 from hpcnb.slurm_options import OptionError
 
 from .. import envvars, procs
-from ..procs import psutil
 from ..request import SubmitError, UsageError, default_name
 from .common import build_request, report
 from .interactive import allocate, supervise
@@ -41,7 +40,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the command, as with Slurm
 
     def start(sup) -> None:
-        sup.mains[procs.spawn(command, env, os.getcwd(), (0, 1, 2), False, error_prefix="salloc")] = None
+        pid = procs.spawn(command, env, os.getcwd(), (0, 1, 2), False, error_prefix="salloc", own_group=True)
+        sup.mains[pid] = None
 
     def revoked(sup, outcome) -> None:
         """As Slurm's salloc: say so; the command runs on unless -K/--kill-command asked for a signal."""
@@ -52,14 +52,16 @@ def main(argv: list[str]) -> int:
             print(f"salloc: Job allocation {job['id']} has been revoked.", file=sys.stderr, flush=True)
         if req.kill_command is not None:
             signum = req.kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM)
-            for pid, status in sup.mains.items():  # Slurm's salloc signals the command's process group
-                try:
-                    group = [psutil.Process(pid), *procs.descendants(pid)] if status is None else []
-                except psutil.Error:
-                    continue
-                procs.send(group, signum)
+            for pid, status in sup.mains.items():  # as Slurm's salloc: killpg, so no child is missed
+                if status is None:
+                    try:
+                        os.killpg(pid, signum)
+                    except OSError:
+                        pass
 
     outcome, sup = supervise(job, start, on_revoke=revoked)
+    for pid in sup.mains:  # the terminal back to salloc's own group
+        procs.hand_terminal(0, pid, os.getpgrp())
     if sup.revoked is None:
         print(f"salloc: Relinquishing job allocation {job['id']}", file=sys.stderr, flush=True)
     statuses = [s for s in sup.mains.values() if s is not None]
