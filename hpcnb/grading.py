@@ -439,13 +439,14 @@ def bundle_problems(bundle: Path, solutions: Path = SOLUTIONS_DIR) -> list[str]:
     """Why ``bundle`` is not fit for students: a ``solutions``/``tests`` folder, a notebook with
     nbgrader markers or filled-in solution cells, a hidden test anywhere, or exercises that are
     not the generated ones (:func:`check`). Lessons may share code with solutions: they teach it."""
-    notebooks = solution_notebooks(solutions)
     hidden: set[str] = set()
-    for path in notebooks.values():
+    shown = _taught_lines(Path(solutions).parent)
+    for path in solution_notebooks(solutions).values():
         secrets, public = secret_regions(_read(path))
-        allowed = _text_lines(public)
+        shown |= _text_lines(public)
         hidden |= {line.strip() for what, text in secrets if what.startswith("hidden")
-                   for line in text.splitlines() if _significant(line) and line.strip() not in allowed}
+                   for line in text.splitlines() if _significant(line)}
+    hidden -= shown  # a line some exercise shows, or a lesson teaches, is no secret
     problems = [f"{p.relative_to(bundle)}: a {p.name}/ folder" for p in sorted(bundle.rglob("*"))
                 if p.is_dir() and p.name in ("solutions", "tests")]
     for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
@@ -464,6 +465,18 @@ def bundle_problems(bundle: Path, solutions: Path = SOLUTIONS_DIR) -> list[str]:
                 problems.append(f"{rel}: not a notebook (JSON)")
         problems += [f"{rel}: hidden test {line!r}" for line in sorted(hidden & _text_lines(text))]
     return problems + check(solutions, bundle / "exercises")
+
+
+def _taught_lines(course: Path) -> set[str]:
+    """Every line of the course's lessons (``notebooks/``, none with nbgrader cells) and package code."""
+    lines: set[str] = set()
+    for path in sorted((course / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        if not any(_nbgrader_meta(cell) for cell in nb.get("cells", [])):
+            lines |= _text_lines("\n".join(_strings(nb)))
+    for path in sorted((course / "hpcnb").rglob("*.py")):
+        lines |= _text_lines(path.read_text(encoding="utf-8"))
+    return lines
 
 
 def _notebook_problems(rel: Path, nb: dict[str, Any]) -> list[str]:

@@ -84,15 +84,32 @@ class Watcher(threading.Thread):
     def _parse(self, what: str, text: str) -> dict[str, str]:
         found: dict[str, str] = {}
         for line in text.splitlines():
-            job, sep, state = line.partition("|")
+            field, sep, state = line.partition("|")
             state = state.split(" ")[0]
-            if not sep or not re.fullmatch(r"\d+(_\d+)?", job) or state not in STATES:
+            jobs = expand_array_id(field)
+            if not sep or not jobs or state not in STATES:
                 self.problems.append(f"{what}: unparseable line {line!r}")
                 continue
-            if job in found:
-                self.problems.append(f"{what}: job {job} listed twice")
-            found[job] = state
+            for job in jobs:
+                if job in found:
+                    self.problems.append(f"{what}: job {job} listed twice")
+                found[job] = state
         return found
+
+
+def expand_array_id(field: str) -> list[str]:
+    """``12``, ``12_3`` or Slurm's grouped pending tasks ``12_[4-9,11%3]`` as single ids; [] if none."""
+    if re.fullmatch(r"\d+(_\d+)?", field):
+        return [field]
+    grouped = re.fullmatch(r"(\d+)_\[([\d,-]+)(?:%\d+)?\]", field)
+    if not grouped:
+        return []
+    job, ranges = grouped.groups()
+    tasks = []
+    for part in ranges.split(","):
+        first, _, last = part.partition("-")
+        tasks += range(int(first), int(last or first) + 1)
+    return [f"{job}_{task}" for task in tasks]
 
 
 def test_800_concurrent_submissions_all_run_once_and_complete(slurm: Slurm, tmp_path: Path) -> None:
