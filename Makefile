@@ -93,12 +93,14 @@ define pytest
 	@$(call pytest-cmd,$(1),$(2))
 endef
 
-# make test: the unit tests on the local Slurm, then every lesson and solution notebook (nbval).
+# make test: the unit tests on the local Slurm, then every lesson notebook (nbval). Every solution
+# notebook runs end to end in the unit tests already, through the autograder, which wants full
+# marks (tests/test_grading.py); make test-real-course runs them under nbval on the real Slurm.
 test: setup
 	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
-	 $(call pytest-cmd,$(NBVAL) notebooks solutions,notebooks)
+	 $(call pytest-cmd,$(NBVAL) notebooks,notebooks)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
 # each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs

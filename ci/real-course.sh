@@ -32,6 +32,18 @@ course_setup "$tree" "$COURSE_USER"
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(notebooks solutions)
 log "nbval on the real Slurm: ${targets[*]}"
+leave_no_jobs() {  # a stopped or failed run must not leave jobs that hold the nodes for the next lane
+    local bin left
+    bin=$(bash "$HERE/ci/real-slurm.sh" bin)
+    "$bin/scancel" -u "$COURSE_USER" 2>/dev/null || true
+    for _ in $(seq 60); do
+        left=$("$bin/squeue" -h -u "$COURSE_USER" -o %i 2>/dev/null)
+        [[ -n $left ]] || return 0
+        sleep 1
+    done
+    log "jobs of $COURSE_USER still in the queue after 60 s: $left"
+}
+trap leave_no_jobs EXIT
 rc=0
 as_user "$COURSE_USER" HPCNB_SLURM=real bash -c "cd '$tree' && timeout -k 30 $RUN_LIMIT .venv/bin/python -m pytest -p no:cacheprovider \
     -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \

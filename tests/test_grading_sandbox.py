@@ -98,7 +98,12 @@ for sbatch in ["/usr/bin/sbatch", "/opt/slurm/bin/sbatch"]:  # a real Slurm's, i
             "    except BlockingIOError:\n        time.sleep(0.01)"),
         "setsid": with_attack(
             "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        os.execvp('sleep', ['sleep', '{token}'])\n    os._exit(0)\nos.wait()\nprint('detached')"),
+            f"        os.execvp('sleep', ['sleep', '{token}'])\n    os._exit(0)\nos.wait()\n"
+            "import glob, time\ndef sleeping():  # the grandchild is sleep (exec'd), not a fork\n"
+            "    for path in glob.glob('/proc/[0-9]*/cmdline'):\n        try:\n"
+            f"            if open(path, 'rb').read() == b'sleep\\0{token}\\0':\n                return True\n"
+            "        except OSError:\n            pass\n"
+            "for _ in range(200):\n    if sleeping():\n        break\n    time.sleep(0.05)\nprint('detached')"),
         "disk": with_attack(
             "for path in ('/usr/x', '/x', 'big'):\n    try:\n        open(path, 'wb').write(b'x' * (32 << 20))\n"
             "    except OSError as err:\n        print(path, err.strerror)\n"

@@ -54,7 +54,7 @@ def test_what_the_sandbox_sees(monkeypatch: pytest.MonkeyPatch) -> None:
                                    "/work/.library", "/var/run"] if os.path.exists(p)],
             "limits": [resource.getrlimit(getattr(resource, n))[0]
                        for n in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE")],
-            "read_only": [attempt(lambda p=p: write(p)) for p in ("/usr/x", "/etc/x", "/x", {str(ROOT / "x")!r})],
+            "read_only": [attempt(lambda p=p: write(p)) for p in ("/usr/x", "/etc/x", "/x", {str(ROOT / "hpcnb" / "x")!r})],
             "big_file": attempt(lambda: write("/tmp/big", 9 << 20)),
             "fill_home": attempt(lambda: fill(os.environ["HOME"])),
             "net": attempt(lambda: socket.create_connection(("1.1.1.1", 53), timeout=5)),

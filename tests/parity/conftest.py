@@ -44,6 +44,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
                  {**harness.clean_env(f"{local_bin}:{rest}"), **common}, state)
     real_path = rest if harness.REAL_BIN == "/usr/bin" else f"{harness.REAL_BIN}:{rest}"
     real = Side("real", tmp_path_factory.mktemp("parity-real"), {**harness.clean_env(real_path), **common})
+    _wait_for_an_empty_queue(real)
     _seed_local_ids(state, _real_next_id(real))
     yield {"local": local, "real": real}
     for side in (local, real):  # only the jobs this suite submitted
@@ -51,6 +52,20 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
             side.run(["scancel", *map(str, side.submitted)], side.root, timeout=30)
     subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env={**os.environ, **common},
                    capture_output=True, timeout=60)
+
+
+def _wait_for_an_empty_queue(real: Side, timeout: float = 120) -> None:
+    """Jobs left by others (another lane, a killed run) would hold the two nodes, and every case
+    would then wait out its own timeout: wait for them a while, then fail every case at once."""
+    end = time.time() + timeout
+    while True:
+        queue = real.run(["squeue", "-h", "-o", "%i %u %T %j"], real.root, timeout=30).stdout.strip()
+        if not queue:
+            return
+        if time.time() > end:
+            raise RuntimeError(f"the real Slurm {harness.REAL_VERSION} still runs others' jobs after "
+                               f"{timeout:.0f} s; cancel them first (squeue):\n{queue}")
+        time.sleep(2)
 
 
 def _real_next_id(real: Side) -> int:
