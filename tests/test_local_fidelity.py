@@ -95,13 +95,15 @@ def test_srun_jobid_option_wins_over_the_environment(workdir: Path) -> None:
     assert (done.returncode, done.stdout) == (0, f"{job}\n"), done.stderr
 
 
-def test_salloc_ignores_slurm_job_id(workdir: Path) -> None:
-    ended = ended_job()
+@pytest.mark.parametrize("stale", ["ended", "999999", "abc"])
+def test_salloc_ignores_slurm_job_id(stale: str, workdir: Path) -> None:
+    """As 22.05's salloc: a new allocation whatever SLURM_JOB_ID names (ended, never was, not a number)."""
+    stale = str(ended_job()) if stale == "ended" else stale
     done = run(["salloc", "-n1", "sh", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"],
-               env=env_with(SLURM_JOB_ID=str(ended), SLURM_JOBID=str(ended)))
+               env=env_with(SLURM_JOB_ID=stale, SLURM_JOBID=stale))
     assert done.returncode == 0, done.stderr
     job = done.stderr.split("Granted job allocation ")[1].split()[0]
-    assert done.stdout == f"{job} {job}\n" and job != str(ended)
+    assert done.stdout == f"{job} {job}\n" and job != stale
 
 
 # -- srun --kill-on-bad-exit -----------------------------------------------------------------------
