@@ -35,8 +35,9 @@ PATTERNS = {
     "percent-n-t-s": ["-o", "lit-%%-%n-%t-%s.out"],
     "subdir-absolute": ["-o", "{wd}/sub/%j.log", "-e", "{wd}/sub/%j.err"],
     # dask-jobqueue's %J (jobid.stepid: the job id alone for the batch step) and zero-padding widths
-    "J-and-widths": ["-o", "pad-%4j-%12j-%1j-%0j-%04J.out", "-e", "J-%J.err"],
-    "array-widths": ["--array=3-4", "-o", "arr-%A-%a-%4a-%5A-%J.out", "-e", "arr-%2a-%3t-%3n-%2s.err"],
+    # (widths on ids wider than any id, so that each side pads: see padded_ids)
+    "J-and-widths": ["-o", "pad-%8j-%12j-%1j-%0j-%09J.out", "-e", "J-%J.err"],
+    "array-widths": ["--array=3-4", "-o", "arr-%A-%a-%4a-%8A-%J.out", "-e", "arr-%2a-%3t-%3n-%2s.err"],
     # widths on text, and what is not a pattern: %12q keeps "2q", %3% keeps "3%", %% and a lone %
     "widths-on-text-and-odd": ["-J", "nm", "-o", "txt-%3x-%3u-%5a-%q-%-3j-%.3j-%+j.out",
                                "-e", "q-%12q-%3%x-%%-%%%x-%0%x-%5"],
@@ -46,9 +47,11 @@ PATTERNS = {
 
 
 def padded_ids(norm: Norm, text: str) -> str:
-    """Zero-padded job ids (%4j: 0264) numbered as the plain ones, their zeros kept."""
+    """Zero-padded job ids (%8j: 00000264) numbered with their width (<J0:8>): the two sides'
+    ids may differ in length."""
     for num in norm.ids:
-        text = re.sub(rf"(?<![0-9A-Za-z])(0+){num}(?![0-9])", rf"\g<1><J{norm.ids.index(num)}>", text)
+        text = re.sub(rf"(?<![0-9A-Za-z])0+{num}(?![0-9])",
+                      lambda m: f"<J{norm.ids.index(num)}:{len(m.group(0))}>", text)
     return text
 
 
