@@ -95,13 +95,15 @@ def test_srun_jobid_option_wins_over_the_environment(workdir: Path) -> None:
     assert (done.returncode, done.stdout) == (0, f"{job}\n"), done.stderr
 
 
-def test_salloc_ignores_slurm_job_id(workdir: Path) -> None:
-    ended = ended_job()
+@pytest.mark.parametrize("stale", ["ended", "999999", "abc"])
+def test_salloc_ignores_slurm_job_id(stale: str, workdir: Path) -> None:
+    """As 22.05's salloc: a new allocation whatever SLURM_JOB_ID names (ended, never was, not a number)."""
+    stale = str(ended_job()) if stale == "ended" else stale
     done = run(["salloc", "-n1", "sh", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"],
-               env=env_with(SLURM_JOB_ID=str(ended), SLURM_JOBID=str(ended)))
+               env=env_with(SLURM_JOB_ID=stale, SLURM_JOBID=stale))
     assert done.returncode == 0, done.stderr
     job = done.stderr.split("Granted job allocation ")[1].split()[0]
-    assert done.stdout == f"{job} {job}\n" and job != str(ended)
+    assert done.stdout == f"{job} {job}\n" and job != stale
 
 
 # -- srun --kill-on-bad-exit -----------------------------------------------------------------------
@@ -268,3 +270,69 @@ def test_salloc_revoked_ends_the_steps_and_leaves_the_command_unless_told(workdi
         assert (out, salloc.returncode) == ("", 1 if kill == "-K" else 0)  # SIGTERM: 1; SIGINT: 0 (salloc.c)
     else:
         assert (out, salloc.returncode) == ("command-ran-to-its-end\n", 0)
+
+
+# -- output file name patterns (as a real 22.05 expanded them: tests/parity test_output_file_names) -----
+JOB = {"id": 264, "array_job_id": None, "array_task_id": None, "name": "nm", "user": "ann"}
+TASK = {**JOB, "id": 274, "array_job_id": 265, "array_task_id": 3}
+
+
+@pytest.mark.parametrize("job, pattern, name", [
+    (JOB, "J-%J.out", "J-264.out"),  # dask-jobqueue: %J of the batch step is the job id alone
+    (JOB, "pad-%4j-%12j-%1j-%0j-%04j.out", "pad-0264-0000000264-264-264-0264.out"),
+    (TASK, "arr-%A-%a-%4a-%5A-%J-%2J.out", "arr-265-3-0003-00265-274-274.out"),
+    (JOB, "t-%3x-%3u-%3N-%3n-%3t-%3s-%5a.out", "t-nm-ann-node1-000-000-batch-4294967294.out"),
+    (JOB, "unk-%q-%-3j-%.3j-%+j.out", "unk-%q-%-3j-%.3j-%+j.out"),
+    (JOB, "w-%12q-%3%x-%1x-%3", "w-2q-3nm-nm-3"),  # a width before no pattern: its last digit stays
+    (JOB, "pw-%5%-%2%%j-%0%j", "pw-5%-2%j-0264"),
+    (JOB, "lit-%%j-%%%j-%", "lit-%j-%264-%"),
+    (JOB, r"esc\%j-%x.out", "esc%j-%x.out"),  # a backslash: nothing expanded, the backslashes go
+    (JOB, r"bs-a\b\\c%j%", r"bs-ab\c%j%"),
+])
+def test_file_name_patterns_as_slurmstepd_expands_them(job: dict, pattern: str, name: str) -> None:
+    from hpcnb.localslurm.supervisor import expand_pattern
+
+    assert expand_pattern(pattern, job, "node1") == name
+
+
+@pytest.mark.parametrize("job, pattern, shown", [
+    (JOB, "s-%N-%n-%t-%s-%u-%x-%j-%A-%a-%J-%%-%q-%4j.out", "s-%N-%n-%t-%s-ann-nm-264-264-4294967294-%J-%%-%q-%4j.out"),
+    (TASK, "sa-%A_%a-%j-%%A-%4a.out", "sa-265_3-274-%265-%4a.out"),
+    (JOB, r"esc\%j", r"esc\264"),
+])
+def test_scontrol_shows_only_a_few_patterns_expanded(job: dict, pattern: str, shown: str) -> None:
+    from hpcnb.localslurm.supervisor import shown_pattern
+
+    assert shown_pattern(pattern, job) == shown
+
+
+# -- --export: the job's environment, srun inside it ------------------------------------------------
+def test_export_keeps_the_local_slurm_settings() -> None:
+    from hpcnb.localslurm.submit import export_env
+
+    environ = {"HOME": "/h", "FOO": "1", "SLURM_X": "x", "HPCNB_STATE_DIR": "/s", "HPCNB_NODE_TMP": "/t"}
+    settings = {"HPCNB_STATE_DIR": "/s", "HPCNB_NODE_TMP": "/t"}
+    assert export_env("NONE", environ) == export_env("none", environ) == {"SLURM_X": "x", **settings}
+    assert export_env("FOO,BAR=2", environ) == {"SLURM_X": "x", "FOO": "1", "BAR": "2", **settings}
+    assert export_env("all,BAR=2", environ) == {**environ, "BAR": "2"}
+    assert export_env(None, environ) == export_env("ALL", environ) == environ
+
+
+def test_srun_runs_in_a_job_whatever_its_export(workdir: Path) -> None:
+    """batchspawner's --export=<names>, and NONE: the job keeps the local Slurm's state and finds its
+    srun on the login PATH; SLURM_EXPORT_ENV is then the steps' --export (no PATH: no bash)."""
+    from hpcnb.backend import local_bin_dir
+
+    script = workdir / "job.sh"
+    script.write_text("#!/bin/bash\necho PATH=$PATH\nsrun -n1 /bin/sh -c 'echo step HOME=${HOME-unset}'\n"
+                      "srun -n1 bash -c true\necho rc=$?\n")
+    for spec in ("NONE", "PATH,LANG", "FOO"):
+        job = submit(f"--export={spec}", "--wait", "-o", f"{spec}.out", str(script))
+        text = (workdir / f"{spec}.out").read_text()
+        assert text.startswith(f"PATH={local_bin_dir()}:"), text  # first, before any other Slurm's
+        assert "step HOME=unset\n" in text, text
+        bash = ("rc=0\n" if spec == "PATH,LANG" else
+                "slurmstepd-node1: error: execve(): bash: No such file or directory\n"
+                "srun: error: node1: task 0: Exited with exit code 2\nrc=2\n")
+        assert text.endswith(bash), text
+        assert run(["sacct", "-n", "-X", "-j", str(job), "-o", "State"]).stdout.split() == ["COMPLETED"]

@@ -105,9 +105,12 @@ def test_dependencies(workdir: Path) -> None:
         run(["scancel", str(notok)])
     assert state(notok).startswith("CANCELLED")
     name = "single"
-    one = submit("-J", name, "--wrap", "sleep 0.5")
+    one = submit("-J", name, "--wrap", "until [ -e one-may-end ]; do sleep 0.05; done")  # as long as the test likes
     two = submit("-J", name, "--dependency=singleton", "--wrap", "true")
-    assert squeue_field(two, "%r") == "Dependency"
+    try:
+        assert squeue_field(two, "%r") == "Dependency"
+    finally:
+        (workdir / "one-may-end").touch()
     wait_state(two, ("COMPLETED",))
     assert run(["sacct", "-n", "-X", "-P", "-j", str(one), "--format", "End"]).stdout <= \
         run(["sacct", "-n", "-X", "-P", "-j", str(two), "--format", "Start"]).stdout

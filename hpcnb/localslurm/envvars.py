@@ -183,6 +183,11 @@ def submit_host() -> str:
 
 
 _LOGIN_DROP = ("_", "PWD", "OLDPWD")
+#: The local Slurm's own settings (its state, its nodes' scratch, its command folder, its site
+#: profile, its controller's timings). They stand for the cluster's configuration, which a real
+#: slurmd reads from slurm.conf whatever a job's --export says: every job keeps them.
+LOCAL_SETTINGS = ("HPCNB_STATE_DIR", "HPCNB_NODE_TMP", "HPCNB_BIN_DIR", "HPCNB_PROFILE", "HPCNB_FIRST_JOB_ID",
+                  "HPCNB_CONTROLLER_IDLE", "HPCNB_LAUNCH_GRACE", "HPCNB_ENV_KEPT_AFTER_END")
 
 
 def _login_defs(key: str) -> str | None:
@@ -223,18 +228,29 @@ def login_env(uid: int) -> dict[str, str]:
     return env
 
 
-def _export_none(job: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
-    """``--export=NONE``: SLURM_* from the submit environment over the user's login environment."""
-    keep = {k: v for k, v in base.items() if k.startswith("SLURM_")}
-    if "NSS_WRAPPER_HOSTS" in base:  # the local Slurm's name resolution (see names.py)
-        keep.update({k: base[k] for k in ("LD_PRELOAD", "NSS_WRAPPER_HOSTS") if k in base})
-    return {**login_env(job["uid"]), **keep, "SLURM_EXPORT_ENV": "NONE", "SLURM_GET_USER_ENV": "1"}
+def _with_login_env(job: dict[str, Any], base: dict[str, str]) -> dict[str, str]:
+    """SLURM_GET_USER_ENV=1 (sbatch --export=<anything but ALL>, --get-user-env): as slurmd, the
+    user's login environment with the submitted one over it."""
+    return {**login_env(job["uid"]), **base}
+
+
+def _with_local_commands(env: dict[str, str]) -> None:
+    """The local Slurm's commands on the job's PATH, first, as a cluster's srun is on every login
+    PATH: a job whose PATH is the login one (--export=NONE) or one without them runs our srun,
+    never another Slurm's that this machine may also have."""
+    from hpcnb.backend import local_bin_dir
+
+    folder = str(local_bin_dir())
+    path = env.get("PATH")
+    if path is not None and folder not in path.split(os.pathsep):
+        env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder
 
 
 def batch_env(job: dict[str, Any], cluster: Cluster, base: dict[str, str]) -> dict[str, str]:
     """The batch shell's environment: the submit environment plus job and node variables."""
     part = job["alloc"][0]
-    env = _export_none(job, base) if job["req"].get("export") == "NONE" else dict(base)
+    env = _with_login_env(job, base) if base.get("SLURM_GET_USER_ENV") == "1" else dict(base)
+    _with_local_commands(env)
     for name in (*GPU_VARS, "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         env.pop(name, None)
     env.update(job_vars(job, cluster, "batch"))
@@ -313,9 +329,10 @@ def task_env(
             "SLURM_SRUN_COMM_PORT": str(launcher_port),
             "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
             "SLURM_UMASK": _umask(),
-            "SRUN_DEBUG": "3",
         }
     )
+    if step.get("exports_all", True):  # srun's own setting, in its environment: only --export=ALL passes it
+        env["SRUN_DEBUG"] = "3"
     # srun picks cyclic when there are no more tasks than nodes, block otherwise (24.11: block too when
     # -c alone set the task count); a stand-alone srun exports it only when given a memory option
     if in_allocation or req.get("mem_mb") is not None or req.get("mem_per_cpu_mb"):

@@ -62,9 +62,11 @@ def spawn(
     error_prefix: str = "slurmstepd",
     rlimits: dict[str, int] | None = None,
     own_group: bool = False,
+    search: bool = True,
 ) -> int:
     """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid.
-    ``own_group`` puts the child in a process group of its own (salloc's command, signalled by killpg).
+    ``own_group`` puts the child in a process group of its own (salloc's command, signalled by killpg);
+    ``argv[0]`` is looked up on ``env``'s PATH unless not ``search`` (then it is a path, as given).
 
     ``rlimits`` (name -> soft limit, e.g. ``{"FSIZE": 1048576}``) are the submitting shell's
     limits, applied as Slurm's PropagateResourceLimits=ALL does (never above the hard limit here).
@@ -97,7 +99,9 @@ def spawn(
         if pid_var:
             env = {**env, pid_var: str(os.getpid())}
         os.chdir(cwd)
-        os.execvpe(argv[0], argv, env)
+        if search:
+            os.execvpe(argv[0], argv, env)
+        os.execve(argv[0], argv, env)
     except BaseException as err:  # noqa: BLE001 - report and leave the child
         # as slurmstepd: exit with the errno; a relative path shown from the working directory, and a
         # script whose #! interpreter is missing reported as such (checked against a real 22.05)

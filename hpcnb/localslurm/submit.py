@@ -46,22 +46,34 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
     return ids, throttle
 
 
+def exports_all(spec: str | None) -> bool:
+    """Does ``--export`` leave the whole environment to the job (unset, or ALL in any case)?"""
+    return not spec or spec.upper() == "ALL"
+
+
 def export_env(spec: str | None, environ: dict[str, str]) -> dict[str, str]:
-    """``--export``: ALL (default), NONE, or a list of names / NAME=value (with or without ALL)."""
-    if not spec or spec == "ALL":
+    """``--export`` (sbatch, srun): ALL (default), NONE, or a list of names / NAME=value (with or
+    without ALL); ALL and NONE in any case.
+
+    The local Slurm's own settings (:data:`envvars.LOCAL_SETTINGS`) are kept whatever it says:
+    they stand for the cluster's configuration, which a real slurmd reads from slurm.conf.
+    """
+    if exports_all(spec):
         return dict(environ)
-    if spec == "NONE":
-        return {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    assert spec is not None
     items = spec.split(",")
-    env = dict(environ) if "ALL" in items else {k: v for k, v in environ.items() if k.startswith("SLURM_")}
-    for item in items:
-        if item in ("ALL", "NONE"):
-            continue
-        name, eq, value = item.partition("=")
-        if eq:
-            env[name] = value
-        elif name in environ:
-            env[name] = environ[name]
+    everything = any(item.upper() == "ALL" for item in items)
+    env = dict(environ) if everything else {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    if spec.upper() != "NONE":
+        for item in items:
+            if item.upper() in ("ALL", "NONE"):
+                continue
+            name, eq, value = item.partition("=")
+            if eq:
+                env[name] = value
+            elif name in environ:
+                env[name] = environ[name]
+    env.update({name: environ[name] for name in envvars.LOCAL_SETTINGS if name in environ})
     return env
 
 
@@ -176,9 +188,23 @@ def _user_name() -> str:
         return os.environ.get("USER", str(os.getuid()))
 
 
+def _sbatch_variables(req: JobRequest) -> dict[str, str]:
+    """What sbatch 22.05 adds to the job's environment: for any --export but ALL, SLURM_EXPORT_ENV
+    (the default --export of the job's sruns); with that or --get-user-env, SLURM_GET_USER_ENV=1:
+    slurmd loads the login environment under the job's. (SLURM_PRIO_PROCESS: envvars.job_vars.)"""
+    added: dict[str, str] = {}
+    if not exports_all(req.export):
+        added["SLURM_EXPORT_ENV"] = str(req.export)
+    if not exports_all(req.export) or "get-user-env" in req.given:
+        added["SLURM_GET_USER_ENV"] = "1"
+    return added
+
+
 def base_request_fields(req: JobRequest, environ: dict[str, str], cluster: Cluster) -> None:
     """Fill what every submission records: environment, directories, submit host."""
     req.env = export_env(req.export, environ)
+    if req.command == "sbatch":
+        req.env.update(_sbatch_variables(req))
     req.env.update(resolver_env(cluster, req.env))
     req.submit_dir = os.getcwd()
     req.workdir = os.path.abspath(req.chdir) if req.chdir else os.getcwd()

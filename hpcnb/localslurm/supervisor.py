@@ -7,6 +7,7 @@ in its tree and dies with the job.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -36,24 +37,65 @@ class Outcome:
     reason: str | None = None  # the job's Reason, when not the state's usual one
 
 
+NO_ARRAY_TASK = "4294967294"  # %a of a job that is not an array task (NO_VAL - 1)
+MAX_PAD = 10  # %20j pads to 10 digits
+
+
 def expand_pattern(pattern: str, job: dict[str, Any], node: str) -> str:
-    """Slurm's filename patterns: %j %x %A %a %N %u %n %t %s %%."""
-    array_id = job["array_job_id"] if job["array_job_id"] is not None else job["id"]
-    values = {
-        "j": str(job["id"]), "x": job["name"], "A": str(array_id),
-        "a": str(job["array_task_id"]) if job["array_task_id"] is not None else "4294967294",
-        "N": node, "u": job["user"], "n": "0", "t": "0", "s": "batch", "%": "%",
-    }
-    out, i = [], 0
+    """A batch step's file name pattern, as Slurm 22.05's slurmstepd expands it: %% %A %a %J %j %N %n
+    %s %t %u %x, numbers zero-padded by a width (%4j, at most 10). Quirks kept: a width before a
+    letter that is no pattern drops the % and all but its last digit (%12q: 2q); a backslash
+    anywhere turns expansion off and is removed (\\\\ leaves one)."""
+    if "\\" in pattern:
+        return _unescaped(pattern)
+    numbers = {**_ids(job), "J": job["id"], "n": 0, "t": 0}  # %J: the batch step has no ".step"
+    texts = {"x": job["name"], "u": job["user"], "N": node, "s": "batch"}
+    out: list[str] = []
+    kept = i = 0  # pattern[kept:i] is copied as it is
     while i < len(pattern):
-        char = pattern[i]
-        if char == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
-            out.append(values[pattern[i + 1]])
-            i += 2
-        else:
-            out.append(char)
+        if pattern[i] != "%":
             i += 1
+            continue
+        if pattern.startswith("%%", i):
+            out.append(pattern[kept:i + 1])
+            i = kept = i + 2
+            continue
+        i += 1
+        width = 0
+        digits = re.match(r"\d+", pattern[i:])
+        if digits:
+            out.append(pattern[kept:i - 1])
+            width = min(int(digits.group()), MAX_PAD)
+            i += len(digits.group())
+            kept = i - 1  # the last digit stays, unless a letter follows
+        if i == len(pattern):
+            break
+        letter = pattern[i]
+        if letter in numbers or letter in texts:
+            out.append(pattern[kept:i - 1])
+            out.append(str(numbers[letter]).zfill(width) if letter in numbers else str(texts[letter]))
+            i = kept = i + 1
+    out.append(pattern[kept:])
     return "".join(out)
+
+
+def _ids(job: dict[str, Any]) -> dict[str, Any]:
+    """%j, %A, %a: the job's id, its array's (its own when not a task), its task id."""
+    array_id = job["array_job_id"] if job["array_job_id"] is not None else job["id"]
+    task = job["array_task_id"]
+    return {"j": job["id"], "A": array_id, "a": NO_ARRAY_TASK if task is None else task}
+
+
+def _unescaped(pattern: str) -> str:
+    """A pattern with a backslash: no expansion; each backslash goes, but one of a pair stays."""
+    return re.sub(r"\\(\\?)", r"\1", pattern)
+
+
+def shown_pattern(pattern: str, job: dict[str, Any]) -> str:
+    """A file name pattern as ``scontrol show job`` shows it (StdOut=...): Slurm 22.05's scontrol
+    expands only %A %a %j %u %x, with no width and no %%, and keeps backslashes."""
+    values = {**_ids(job), "u": job["user"], "x": job["name"]}
+    return re.sub(r"%([Aajux])", lambda m: str(values[m.group(1)]), pattern)
 
 
 def default_output(job: dict[str, Any]) -> str:

@@ -34,11 +34,30 @@ PATTERNS = {
     "default": [],
     "percent-n-t-s": ["-o", "lit-%%-%n-%t-%s.out"],
     "subdir-absolute": ["-o", "{wd}/sub/%j.log", "-e", "{wd}/sub/%j.err"],
+    # dask-jobqueue's %J (jobid.stepid: the job id alone for the batch step) and zero-padding widths
+    # (widths on ids wider than any id, so that each side pads: see padded_ids)
+    "J-and-widths": ["-o", "pad-%8j-%12j-%1j-%0j-%09J.out", "-e", "J-%J.err"],
+    "array-widths": ["--array=3-4", "-o", "arr-%A-%a-%4a-%8A-%J.out", "-e", "arr-%2a-%3t-%3n-%2s.err"],
+    # widths on text, and what is not a pattern: %12q keeps "2q", %3% keeps "3%", %% and a lone %
+    "widths-on-text-and-odd": ["-J", "nm", "-o", "txt-%3x-%3u-%5a-%q-%-3j-%.3j-%+j.out",
+                               "-e", "q-%12q-%3%x-%%-%%%x-%0%x-%5"],
+    # a backslash turns expansion off; the backslashes go (one of a pair stays)
+    "backslash": ["-o", r"esc\%j-%x.out", "-e", r"esc2\\%j\-%x%"],
 }
+
+
+def padded_ids(norm: Norm, text: str) -> str:
+    """Zero-padded job ids (%8j: 00000264) numbered with their width (<J0:8>): the two sides'
+    ids may differ in length."""
+    for num in norm.ids:
+        text = re.sub(rf"(?<![0-9A-Za-z])0+{num}(?![0-9])",
+                      lambda m: f"<J{norm.ids.index(num)}:{len(m.group(0))}>", text)
+    return text
 
 
 @pytest.mark.parametrize("case", list(PATTERNS))
 def test_output_file_names(sides, case: str) -> None:
+    """The files a batch job's -o/-e patterns give, what is in them, and scontrol's StdOut/StdErr."""
     def one(side: Side) -> dict:
         wd = side.workdir(f"pattern-{case}")
         (wd / "sub").mkdir()
@@ -46,9 +65,13 @@ def test_output_file_names(sides, case: str) -> None:
         job_id = side.sbatch(args, wd, SCRIPT)
         side.wait_done(job_id, wd)
         norm = Norm(side, [wd], side.job_ids(job_id, wd))
-        files = sorted(str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and p.name != "job.sh")
-        return {"files": [norm.path(f) for f in files],
-                "contents": {norm.path(f): norm.text((wd / f).read_text()) for f in files}}
+        files = {padded_ids(norm, norm.path(str(p.relative_to(wd)))): p for p in wd.rglob("*")
+                 if p.is_file() and p.name != "job.sh"}
+        shown = side.ok(["scontrol", "show", "job", str(job_id)], wd).stdout.split()
+        return {"files": sorted(files),
+                "contents": {name: norm.text(path.read_text()) for name, path in files.items()},
+                "scontrol StdOut/StdErr": sorted(padded_ids(norm, norm.text(x)) for x in shown
+                                                 if x.startswith(("StdOut=", "StdErr=")))}
 
     got = on_both(sides, one)
     if "%N" in " ".join(PATTERNS[case]):

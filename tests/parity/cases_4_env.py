@@ -3,13 +3,16 @@
 Batch shells, srun tasks (inside a batch job, inside salloc, and stand-alone), salloc's own shell
 and array tasks, with and without -c, --ntasks-per-node, --gres=gpu:1 and --gpus-per-node=1.
 Variable names must be equal; values equal after normalising job ids, pids, ports, paths,
-SLURM_CONF and the submit host. The only intentional difference: the local profile's SLURM_TMPDIR.
+SLURM_CONF and the submit host. Intentional differences: the local profile's SLURM_TMPDIR, and the
+local Slurm's own settings, which its jobs keep whatever --export says (HPCNB_STATE_DIR, ...).
 """
 from __future__ import annotations
 
 import pytest
 
-from .harness import Norm, Side, compare, intentional, on_both, parse_env0
+from hpcnb.localslurm.envvars import LOCAL_SETTINGS
+
+from .harness import Norm, Side, compare, intentional, local_settings, on_both, parse_env0
 
 
 TASK = "bash -c 'env -0 > task_${SLURM_PROCID}.env0'"
@@ -40,11 +43,17 @@ def capture(side: Side, case: str, mode: str, args: list[str], step: str | None 
     return {name: norm.env(env) for name, env in raw.items()}
 
 
-def check_layers(case: str, local: dict[str, dict], real: dict[str, dict]) -> None:
+def check_layers(case: str, local: dict[str, dict], real: dict[str, dict], settings: list[str]) -> None:
+    """Each layer's variables equal; ``settings``: the local Slurm's own settings the local side
+    was given, which its jobs keep whatever --export says (INTENTIONAL["local_settings"])."""
     assert sorted(local) == sorted(real), f"{case}: layers differ: local {sorted(local)}, real {sorted(real)}"
     errors = []
     for layer in sorted(real):
         loc, rea = dict(local[layer]), real[layer]
+        kept = local_settings(loc, rea)
+        if kept:
+            intentional(f"env: {case} [{layer}] local Slurm settings", "local_settings", kept,
+                        [name for name in settings if name in rea], settings, [])
         # intentional: the local site profile's node-local scratch (see INTENTIONAL["slurm_tmpdir"])
         if layer != "shell":
             assert loc.pop("SLURM_TMPDIR", None), f"{case}/{layer}: the local Slurm gave no SLURM_TMPDIR"
@@ -71,6 +80,11 @@ CASES = {
     "sbatch-gres-gpu2-step-n2": ("sbatch", ["--gres=gpu:2", "-n2"], "-n2"),
     "sbatch-mem-per-cpu": ("sbatch", ["--mem-per-cpu=200", "-n1"], ""),
     "sbatch-export-none": ("sbatch", ["--export=NONE"], None),
+    # any --export but ALL: the login environment under the job's (SLURM_GET_USER_ENV=1); SLURM_EXPORT_ENV
+    # is then the --export of the job's sruns (PATH kept here, so that the step finds bash)
+    "sbatch-export-names-step": ("sbatch", ["--export=PATH,LANG"], ""),
+    "sbatch-export-all-names": ("sbatch", ["--export=ALL,EXTRA=1"], None),
+    "sbatch-get-user-env": ("sbatch", ["--get-user-env"], None),
     "sbatch-job-name-time": ("sbatch", ["-J", "named", "-t", "5", "-p", "short"], ""),
     "salloc-N2-n2": ("salloc", ["-N2", "-n2"], ""),
     "salloc-n1-c2": ("salloc", ["-n1", "-c2"], ""),
@@ -92,7 +106,7 @@ CASES = {
 def test_env(sides, case: str) -> None:
     mode, args, step = CASES[case]
     got = on_both(sides, lambda side: capture(side, f"env-{case}", mode, args, step))
-    check_layers(case, got["local"], got["real"])
+    check_layers(case, got["local"], got["real"], sorted(k for k in LOCAL_SETTINGS if k in sides["local"].env))
 
 
 def test_slurm_tmpdir_is_local_only(sides) -> None:

@@ -1,11 +1,12 @@
 """What programs read from Slurm's answers: srun in an ended, unknown or pending job (SLURM_JOB_ID,
---jobid), salloc with a stale SLURM_JOB_ID, srun --kill-on-bad-exit (-K, -K0, SLURM_KILL_BAD_EXIT),
-and the commands of three frameworks, as their sources have them:
+--jobid), salloc with a stale SLURM_JOB_ID, srun inside a job submitted with --export=NONE or
+=<names>, srun --kill-on-bad-exit (-K, -K0, SLURM_KILL_BAD_EXIT), and the commands of three
+frameworks, as their sources have them:
 
 * JupyterHub's batchspawner 1.3 (SlurmSpawner): ``sbatch --parsable`` through a shell with the job
   script on stdin, ``squeue -h -j {job_id} -o '%T %B'`` (state and batch host), ``scancel {job_id}``;
 * dask-jobqueue 0.9 (SLURMJob): ``sbatch <script>`` (the id is the first number of its reply) and
-  ``scancel <id>``, whose failure it ignores; it runs no squeue or sacct;
+  ``scancel <id>``, whose failure it ignores; it runs no squeue or sacct; its logs are named with %J;
 * submitit 1.5 (SlurmInfoWatcher): ``sacct -o JobID,State,NodeList --parsable2 -j A -j B ...``, which
   must list the tasks of an array that have not started as one ``A_[1-3%1]`` record.
 """
@@ -54,6 +55,17 @@ def answer(side: Side, norm: Norm, wd: Path, argv: list[str], env: dict[str, str
 
 
 # -- srun in a job that has ended, never was, or waits; salloc with a stale SLURM_JOB_ID -------------
+def _salloc_with(side: Side, norm: Norm, wd: Path, env: dict[str, str]) -> tuple:
+    """salloc with a stale SLURM_JOB_ID in its environment: a new allocation (22.05 ignores it)."""
+    side.wait_no_completing(wd)
+    res = side.run(["salloc", "-n1", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"], wd, env=env)
+    granted = re.search(r"Granted job allocation (\d+)", res.stderr)
+    norm.add_ids(int(granted.group(1)) if granted else 0)
+    # after it gave the allocation up, a real salloc may also hear it revoked: timing (as cases_1_errors)
+    stderr = "".join(x for x in res.stderr.splitlines(keepends=True) if "has been revoked" not in x)
+    return res.rc, ids_text(norm, res.stdout), ids_text(norm, stderr)
+
+
 def test_fidelity_srun_and_salloc_with_a_stale_job_id(sides) -> None:
     def one(side: Side) -> dict:
         wd = side.workdir("fidelity-stale-job-id")
@@ -70,20 +82,58 @@ def test_fidelity_srun_and_salloc_with_a_stale_job_id(sides) -> None:
                                                      {"SLURM_JOB_ID": "999999999"}),
                 "srun, SLURM_JOB_ID=abc": answer(side, norm, wd, ["srun", "true"], {"SLURM_JOB_ID": "abc"}),
                 "srun --jobid=0": answer(side, norm, wd, ["srun", "--jobid=0", "true"]),
+                "srun, SLURM_JOB_ID empty": answer(side, norm, wd, ["srun", "true"], {"SLURM_JOB_ID": ""}),
                 "srun --jobid of a pending job": answer(side, norm, wd, ["srun", f"--jobid={held}", "true"]),
             }
         finally:
             side.run(["scancel", str(held)], wd)
-        side.wait_no_completing(wd)
-        res = side.run(["salloc", "-n1", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"], wd, env=stale)
-        granted = re.search(r"Granted job allocation (\d+)", res.stderr)
-        norm.add_ids(int(granted.group(1)) if granted else 0)
-        # after it gave the allocation up, a real salloc may also hear it revoked: timing (as cases_1_errors)
-        stderr = "".join(x for x in res.stderr.splitlines(keepends=True) if "has been revoked" not in x)
-        out["salloc, SLURM_JOB_ID of an ended job"] = (res.rc, ids_text(norm, res.stdout), ids_text(norm, stderr))
+        out["salloc, SLURM_JOB_ID of an ended job"] = _salloc_with(side, norm, wd, stale)
+        out["salloc, SLURM_JOB_ID unknown"] = _salloc_with(side, norm, wd, {"SLURM_JOB_ID": "999999999"})
         return out
 
     check_all("stale job id", on_both(sides, one))
+
+
+# -- srun inside a job submitted with --export: the PATH it is found on, the steps' environment ----
+EXPORT_CASES = ["NONE", "FOO", "PATH,FOO", "ALL,FOO", "ALL"]
+# a step runs its program from the step's own PATH (slurmstepd): without one, `bash` is not found
+STEP = 'echo "step $SLURM_STEP_ID: FOO=${FOO-unset} HOME=${HOME-unset} PATH=${PATH-unset}"'
+EXPORT_SCRIPT = f"""#!/bin/bash
+echo "batch: PATH=$PATH SLURM_EXPORT_ENV=${{SLURM_EXPORT_ENV-unset}} SLURM_GET_USER_ENV=${{SLURM_GET_USER_ENV-unset}}"
+command -v srun >/dev/null && echo "srun: found" || echo "srun: not found"
+srun -n1 bash -c '{STEP}'
+echo "srun bash: rc=$?"
+srun -n1 /bin/sh -c '{STEP}'
+echo "srun /bin/sh: rc=$?"
+"""
+
+
+# a real srun whose step waits for the last one's resources to be released says so: timing
+STEP_RETRY = re.compile(r"step creation temporarily disabled, retrying|Step created for job")
+
+
+def test_fidelity_srun_in_a_job_with_export(sides) -> None:
+    """sbatch --export=NONE / <names> (batchspawner's) / ALL: the batch shell's PATH (the login one, or the
+    exported one) must find srun, and the job's SLURM_EXPORT_ENV is its steps' --export."""
+    def one(side: Side) -> dict:
+        local_bin = side.env.get("HPCNB_LOCAL_BIN")
+        jobs = {}
+        for spec in EXPORT_CASES:
+            wd = side.workdir(f"fidelity-export-{re.sub(r'[^A-Za-z0-9]+', '-', spec)}")
+            jobs[spec] = (wd, side.sbatch([f"--export={spec}", "-o", "out.txt", "-e", "err.txt"], wd, EXPORT_SCRIPT,
+                                          env={"FOO": "foo"}))
+        out = {}
+        for spec, (wd, job) in jobs.items():
+            side.wait_done(job, wd)
+            norm = Norm(side, [wd], [job])
+            text = settled_text(wd / "out.txt") or ""
+            text = text.replace(f"{local_bin}:", "") if local_bin else text  # as harness._path_var
+            out[f"--export={spec}: stdout"] = any_node(norm.text(text)).splitlines()
+            err = any_node(norm.text(settled_text(wd / "err.txt") or "")).splitlines()
+            out[f"--export={spec}: stderr"] = sorted(x for x in err if not STEP_RETRY.search(x))
+        return out
+
+    check_all("srun in a job with --export", on_both(sides, one))
 
 
 # -- srun --kill-on-bad-exit -----------------------------------------------------------------------
@@ -269,10 +319,7 @@ def _first_line(path: Path, side: Side, job: int, wd: Path, timeout: float = 60)
 
 @pytest.mark.parametrize("srun", [
     pytest.param("", id="req_srun-empty"),
-    pytest.param("srun ", id="req_srun-srun", marks=pytest.mark.xfail(strict=True, reason=(
-        "the local Slurm drops its own HPCNB_STATE_DIR from a job submitted with --export=<names>, so an "
-        "srun inside it asks another state (\"Invalid job id specified\"): hpcnb/localslurm/submit.py "
-        "export_env should keep it, as a real slurmd reads slurm.conf whatever --export says"))),
+    pytest.param("srun ", id="req_srun-srun"),
 ])
 def test_fidelity_batchspawner_spawn_query_cancel(sides, srun: str) -> None:
     def one(side: Side) -> dict:
@@ -349,9 +396,6 @@ def test_fidelity_dask_jobqueue_submit_and_cancel(sides) -> None:
     check_all("dask-jobqueue", on_both(sides, one))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the local Slurm does not expand %J (jobid.stepid; the job id alone for the batch step) in file name "
-    "patterns: hpcnb/localslurm/supervisor.py expand_pattern lacks it"))
 def test_fidelity_dask_jobqueue_log_file_names(sides) -> None:
     def one(side: Side) -> list[str]:
         wd = side.workdir("fidelity-dask-jobqueue-logs")

@@ -83,6 +83,10 @@ INTENTIONAL = {
     "percent_N": "Output file pattern %N: the real slurmd expands the short host name of the machine it runs on "
     "(gethostname(); in CI one host runs both virtual nodes); on a cluster that is the node's name, which the "
     "local Slurm uses (node1).",
+    "local_settings": "The local Slurm's own settings (HPCNB_STATE_DIR, HPCNB_CONTROLLER_IDLE, ...: "
+    "hpcnb.localslurm.envvars.LOCAL_SETTINGS) reach every job and step whatever --export says: they stand for the "
+    "cluster's configuration, which a real slurmd reads from slurm.conf. A job with --export=NONE or =<names> "
+    "shows them; a real one has no such variables.",
     "alloc_node": "scontrol's AllocNode:Sid names the submitting host and session as slurmctld saw them "
     "(real: localhost:<sid>); the local Slurm records the host name and session 0: normalised.",
 }
@@ -165,15 +169,17 @@ class Side:
         return res
 
     # -- jobs ---------------------------------------------------------------------------------
-    def sbatch(self, args: list[str], cwd: Path, script: str | None = None, name: str = "job.sh") -> int:
-        """Submit (``script`` is written to ``cwd/name`` and appended); returns the job id."""
+    def sbatch(self, args: list[str], cwd: Path, script: str | None = None, name: str = "job.sh",
+               env: dict[str, str] | None = None) -> int:
+        """Submit (``script`` is written to ``cwd/name`` and appended; ``env`` added to the
+        submitting environment); returns the job id."""
         self.wait_no_completing(cwd)
         argv = ["sbatch", "--parsable", *args]
         if script is not None:
             (cwd / name).write_text(script)
             (cwd / name).chmod(0o755)
             argv.append(name)
-        res = self.ok(argv, cwd)
+        res = self.ok(argv, cwd, env=env)
         job_id = int(res.stdout.strip().split(";")[0])
         self.submitted.append(job_id)
         return job_id
@@ -410,6 +416,17 @@ ENV_RULES: dict[str, Callable[[Norm, str], str]] = {
     "HPCNB_LOCAL_BIN": lambda n, v: "<LOCAL_BIN>",
     "_": lambda n, v: n.path(v),
 }
+
+
+def local_settings(local: dict[str, str], real: dict[str, str]) -> list[str]:
+    """Take out of a local job's environment the local Slurm's own settings that the real job
+    lacks (--export=NONE or =<names>: INTENTIONAL["local_settings"]); returns their names."""
+    from hpcnb.localslurm.envvars import LOCAL_SETTINGS
+
+    kept = sorted(name for name in LOCAL_SETTINGS if name in local and name not in real)
+    for name in kept:
+        del local[name]
+    return kept
 
 
 def env_diff(local: dict[str, str], real: dict[str, str]) -> list[str]:

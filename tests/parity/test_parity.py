@@ -9,7 +9,8 @@ live in the cases_*.py modules and are collected here, in this one module, in th
   cases_3_formats  sacct, squeue, sinfo, scontrol show job/node/partition/hostnames, file names
   cases_4_env      the SLURM_* environment of batch shells, srun tasks, salloc shells, arrays
   cases_5_lessons  lesson-level jobs: torch DDP (gloo), Lightning DDP, horovodrun --gloo
-  cases_6_fidelity srun in an ended job, srun -K, the queries of batchspawner, dask-jobqueue, submitit
+  cases_6_fidelity srun in an ended job or an --export job, srun -K, the queries of batchspawner,
+                   dask-jobqueue, submitit
   cases_9_long     TIMEOUT, --signal, requeue (started when the session starts, collected last)
 
 One module, run in one process (``make test-parity``): cases running side by side would change

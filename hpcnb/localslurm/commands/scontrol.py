@@ -37,7 +37,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
     """
     from ..alloc import task_count
     from ..request import JobRequest
-    from ..supervisor import expand_pattern
+    from ..supervisor import default_output, shown_pattern
     from .sacct import requested
 
     req = job["req"]
@@ -104,11 +104,10 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         f"   WorkDir={req['workdir']}",
     ]
     if job["kind"] == "batch":
-        node = alloc[0]["node"] if alloc else "(null)"
-        out = req["output"] or ("slurm-%A_%a.out" if job["array_job_id"] is not None else "slurm-%j.out")
+        out = req["output"] or default_output(job)
 
         def full(pattern: str) -> str:
-            path = expand_pattern(pattern, job, node)
+            path = shown_pattern(pattern, job)
             return path if path.startswith("/") else f"{req['workdir']}/{path}"
 
         stdout = full(out)

@@ -16,6 +16,7 @@ from hpcnb.slurm_options import OptionError
 from .. import db, envvars, procs
 from ..cluster import Cluster
 from ..request import JobRequest, SubmitError, UsageError, parse_count
+from ..submit import export_env, exports_all
 from .common import build_request, open_cluster, report
 from .interactive import allocate, supervise
 from .squeue import MIN_JOB_AGE_S
@@ -137,7 +138,7 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
     # 24.11: when -c alone set the task count, srun reports a block distribution
     by_cpus = bool(req.cpus_per_task and not (req.ntasks or req.ntasks_per_node or inherited_ntasks))
     step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task,
-            "block": by_cpus and cluster.since("24.11")}
+            "block": by_cpus and cluster.since("24.11"), "exports_all": exports_all(req.export)}
     port = random.randint(30000, 60000)
     slow = {p["node"]: float(db.get_meta(conn, f"slow:{p['node']}", "1") or 1) for p in placed}
     pids: list[tuple[int, str, int]] = []
@@ -149,7 +150,9 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             fds, relays = (0, 1, 2), []
             if req.label or (ntasks > 1 and not req.unbuffered):
                 fds, relays = _relay_pipes(proc_id, req.label)
-            pid = procs.spawn(argv, env, os.getcwd(), fds, False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}")
+            command = [task_program(argv[0], env, os.getcwd()), *argv[1:]]
+            pid = procs.spawn(command, env, os.getcwd(), fds, False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}",
+                              search=False)
             for fd in set(fds[1:]):
                 if fd > 2:
                     os.close(fd)
@@ -161,6 +164,21 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
                 threading.Thread(target=_throttle, args=(pid, slow[part["node"]]), daemon=True).start()
             proc_id += 1
     return step, pids, threads
+
+
+def task_program(name: str, env: dict[str, str], cwd: str) -> str:
+    """The program a task runs, found as slurmstepd 22.05 finds it (_build_path): an absolute path
+    as it is, ``./x`` from the working directory, anything else on the task's own PATH (which
+    --export may have left out); not found, the name as it is (execve then says why)."""
+    if name.startswith("/"):
+        return name
+    if name.startswith("."):
+        return os.path.join(cwd, name)
+    for folder in filter(None, env.get("PATH", "").split(":")):
+        path = os.path.join(folder, name)
+        if os.path.exists(path) and not os.path.isdir(path):
+            return path
+    return name
 
 
 _print_lock = threading.Lock()
@@ -267,6 +285,8 @@ def main(argv: list[str]) -> int:
             print("srun: fatal: No command given to execute.", file=sys.stderr)
             return 1
         req.jobid = env_jobid if req.jobid is None else req.jobid
+        if req.export is None:  # as --export, which wins over it
+            req.export = os.environ.get("SLURM_EXPORT_ENV")
         req.kill_on_bad_exit = env_kill if req.kill_on_bad_exit is None else req.kill_on_bad_exit
         inherit_cpus_per_task(req, dict(os.environ), cluster)
         if req.jobid is None:
@@ -287,7 +307,7 @@ def main(argv: list[str]) -> int:
 def run_in_allocation(conn, cluster, job, req, argv) -> int:
     """A job step: spawn the tasks, forward signals, wait, record."""
     inherited = os.environ.get("SLURM_NTASKS")
-    step, pids, threads = start_step(conn, job, cluster, req, argv, dict(os.environ),
+    step, pids, threads = start_step(conn, job, cluster, req, argv, export_env(req.export, dict(os.environ)),
                                      int(inherited) if inherited and inherited.isdigit() else None)
     terminated = []
 
