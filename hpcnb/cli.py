@@ -4,7 +4,7 @@
   hpcnb which-slurm                       which Slurm the course uses (local or real), and why
   hpcnb slurm [status]                    the local Slurm's state folder, profile, Slurm version, controller, jobs
   hpcnb slurm stop                        stop its controller (jobs keep running)
-  hpcnb slurm reset [--profile NAME] [--slurm-version 22.05|24.11]
+  hpcnb slurm reset [--profile NAME] [--slurm-version RELEASE]
                                           forget all jobs (and switch the emulated site or Slurm version)
   hpcnb slurm recover                     keep a damaged state file aside and salvage what it can
   hpcnb slurm preempt JOBID               preempt a running job (requeued unless submitted --no-requeue)
@@ -186,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--profile", metavar="NAME",
                        help="the site profile to emulate from now on (local, narval, ..., or a .toml path)")
     reset.add_argument("--slurm-version", metavar="VERSION",
-                       help="behave as this Slurm from now on (22.05 or 24.11; default: $HPCNB_SLURM_VERSION, "
-                            "else the profile's slurm_version)")
+                       help="behave as this Slurm from now on: 22.05 or 24.11, or any release YY.MM, emulated as "
+                            "the nearer of the two (default: $HPCNB_SLURM_VERSION, else the profile's slurm_version)")
     command("recover", 'after "state file is damaged": keep a copy, salvage what can be read', _slurm, parent=verbs)
     preempt = command("preempt", "preempt a running job (requeued unless it was submitted with --no-requeue)",
                       _slurm, parent=verbs)

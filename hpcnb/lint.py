@@ -7,7 +7,9 @@ prints ``path:line: CODE message (fix: ...)`` and exits 1 when any finding is
 an error.
 
 Errors are things Slurm rejects or silently drops (or the site forbids);
-warnings are jobs that run, but not as intended.
+warnings are jobs that run, but not as intended.  What depends on the Slurm
+release says which releases it holds for; with a profile, only what holds for
+the profile's ``slurm_version`` is reported.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcnb.jobscript import Directive, ParsedScript, parse_script
+from hpcnb.sites import SLURM_VERSIONS, emulated_version, parse_slurm_version
 from hpcnb.slurm_options import OptionError, match_long, parse_args, parse_slurm_time, suggest
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcnb.sites import Profile
 
-__all__ = ["CODES", "Finding", "lint_file", "lint_text", "main", "report_files"]
+__all__ = ["CODES", "OPTION_RELEASES", "Finding", "lint_file", "lint_text", "main", "report_files"]
 
 ERROR, WARNING = "error", "warning"
 
@@ -51,6 +54,16 @@ CODES: dict[str, tuple[str, str]] = {
     "SL304": (ERROR, "account/project directive missing"),
     "SL305": (ERROR, "required directive missing"),
     "SL306": (ERROR, "$HOME used for what the site forbids there"),
+}
+
+
+#: sbatch options added or dropped since Slurm 22.05 (whose option table :mod:`hpcnb.slurm_options`
+#: holds): long name -> (first release that has it, first release without it), read from
+#: src/common/slurm_opt.c of each release.
+OPTION_RELEASES: dict[str, tuple[str | None, str | None]] = {
+    "container-id": ("23.02", None), "extra": ("23.02", None), "tres-per-task": ("23.02", None),
+    "tres-bind": ("23.11", None), "segment": ("24.05", None), "stepmgr": ("24.05", None),
+    "oom-kill-step": ("24.11", None), "power": (None, "24.05"),
 }
 
 
@@ -169,12 +182,49 @@ def _srun_sets_cpus(args: list[str]) -> bool:
         return False
 
 
+def _site_release(profile: Any) -> str | None:
+    """The Slurm release a profile's site runs ("24.05"), or None without a profile."""
+    return getattr(profile, "slurm_version", None) if profile is not None else None
+
+
+def _release_range(since: str | None, until: str | None) -> str:
+    """ "Slurm 23.11 and later", "Slurm releases before 24.05" or "Slurm 23.02 to before 24.05"."""
+    if since and until:
+        return f"Slurm {since} to before {until}"
+    return f"Slurm {since} and later" if since else f"Slurm releases before {until}"
+
+
+def _option_by_release(d: Directive, profile: Any) -> Finding | None | bool:
+    """For an option Slurm added or dropped after 22.05: its finding at the profile's release (None:
+    fine there), or, without a profile, a warning naming the releases; False for any other option."""
+    name = d.option[2:] if d.option.startswith("--") else ""
+    if name not in OPTION_RELEASES:
+        return False
+    since, until = OPTION_RELEASES[name]
+    shown = d.option + (f"={d.value}" if d.value is not None else "")
+    has = f"{d.option} exists in {_release_range(since, until)} only"
+    release = _site_release(profile)
+    if release is None:
+        return _f(d.lineno, "SL101", f"{has}: other releases' sbatch stops with 'unrecognized option'",
+                  "check your site's release (sbatch --version)", WARNING)
+    key = parse_slurm_version(release)
+    if (since is None or key >= parse_slurm_version(since)) and (until is None or key < parse_slurm_version(until)):
+        return None
+    return _f(d.lineno, "SL101", f"sbatch: unrecognized option '{shown}' ({profile.name} runs Slurm {release}; "
+              f"{has})", "leave it out, or use what your site's release offers")
+
+
 # ------------------------------------------------------------------ checks
 
 
-def _check_directives(parsed: ParsedScript) -> list[Finding]:
+def _check_directives(parsed: ParsedScript, profile: Any = None) -> list[Finding]:
     out: list[Finding] = []
     for d in parsed.directives:
+        by_release = _option_by_release(d, profile)
+        if by_release is not False:
+            if by_release is not None:
+                out.append(by_release)
+            continue
         if d.spec is not None:
             if d.spec.arg == "required" and d.value is None:
                 out.append(_f(d.lineno, "SL103", f"{d.option} requires an argument",
@@ -308,10 +358,28 @@ def _task_counts(parsed: ParsedScript) -> tuple[bool, int]:
     return False, 0
 
 
-def _check_body(parsed: ParsedScript, text: str) -> list[Finding]:
+def _srun_inherits_cpus(profile: Any) -> bool:
+    """Does the profile's site run a release whose srun inherits --cpus-per-task (all but 22.05 to
+    23.02)? Without a profile nobody knows: False, so that the warning names those releases."""
+    release = _site_release(profile)
+    return release is not None and emulated_version(release) != SLURM_VERSIONS[0]
+
+
+def _sl202(lineno: int, cpt: Directive, profile: Any) -> Finding:
+    release = _site_release(profile)
+    where = (f"{profile.name} runs Slurm {release}, whose srun" if release is not None
+             else "on Slurm 22.05 to 23.02 srun")
+    return _f(lineno, "SL202",
+              f"{where} gives each task 1 CPU here, not --cpus-per-task={cpt.value}: the srun of 22.05 to "
+              "23.02 does not inherit it from the job (earlier releases' did, 23.11 and later inherit it again)",
+              "pass -c $SLURM_CPUS_PER_TASK to srun (right on every version), or export "
+              "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (read by 22.05-23.02)")
+
+
+def _check_body(parsed: ParsedScript, text: str, profile: Any = None) -> list[Finding]:
     out: list[Finding] = []
     logical = _logical_lines(parsed.body_lines, text)
-    cpt = _last(parsed, "cpus-per-task")
+    cpt = None if _srun_inherits_cpus(profile) else _last(parsed, "cpus-per-task")
     cpt_n = _int(cpt.value) if cpt else None
     srun_cpus_exported = False
     launched = False
@@ -330,12 +398,7 @@ def _check_body(parsed: ParsedScript, text: str) -> list[Finding]:
                 bare_launchers.append((lineno, name))
             if name == "srun" and cpt is not None and (cpt_n is None or cpt_n > 1):
                 if not srun_cpus_exported and not _srun_sets_cpus(args):
-                    out.append(_f(lineno, "SL202",
-                                  f"on Slurm 22.05 to 23.02 srun here gets 1 CPU per task, not "
-                                  f"--cpus-per-task={cpt.value}: those versions' srun does not inherit it "
-                                  "from the job (23.11 and later inherit it again)",
-                                  "pass -c $SLURM_CPUS_PER_TASK to srun (right on every version), or export "
-                                  "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK before srun (read by 22.05-23.02)"))
+                    out.append(_sl202(lineno, cpt, profile))
         for m in re.finditer(r"\bMASTER_PORT=[\"']?(\d+)\b|--master[_-]port[= ]+[\"']?(\d+)\b", line):
             port = m.group(1) or m.group(2)
             out.append(_f(lineno, "SL203",
@@ -506,10 +569,10 @@ def lint_text(text: str, profile: Profile | str | None = None) -> list[Finding]:
     """Lint a job script's text; ``profile`` is a site Profile, its name, or None."""
     prof = _resolve_profile(profile)
     parsed = parse_script(text)
-    found = _check_form(parsed) + _check_directives(parsed) + _check_placement(parsed)
+    found = _check_form(parsed) + _check_directives(parsed, prof) + _check_placement(parsed)
     found += _check_log_names(parsed)
     time_findings, limit, timed = _check_time(parsed)
-    found += time_findings + _check_body(parsed, text)
+    found += time_findings + _check_body(parsed, text, prof)
     if prof is not None:
         found += _check_profile(parsed, text, prof, limit, timed)
     return sorted(found, key=lambda f: (f.lineno, f.code))

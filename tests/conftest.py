@@ -26,7 +26,9 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     os.environ["HPCNB_FIRST_JOB_ID"] = str(1 + 10250 * int(worker.removeprefix("gw") or 0))
     os.environ.pop("HPCNB_PROFILE", None)
-    os.environ.pop("HPCNB_SLURM_VERSION", None)  # each profile's own (tests that want another set it)
+    # the session's local Slurm behaves as 22.05, the version most tests' expected texts were captured
+    # from; the `lane` fixture below adds 24.11 (the local profile's own), tests that want another set it
+    os.environ["HPCNB_SLURM_VERSION"] = "22.05"
     for name in [n for n in os.environ if n.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_"))]:
         del os.environ[name]
     from hpcnb.backend import local_bin_dir

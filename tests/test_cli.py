@@ -182,26 +182,33 @@ def test_slurm_reset_profile_and_its_errors(tmp_path):
 
 
 def test_slurm_version_from_profile_environment_or_reset(tmp_path, monkeypatch):
-    """The profile's slurm_version, HPCNB_SLURM_VERSION over it, fixed at first use; reset changes it."""
+    """The profile's slurm_version, HPCNB_SLURM_VERSION over it, fixed at first use; reset changes it.
+    Any Slurm release is taken and stands for the emulated one nearest it (hpcnb.sites.emulated_version)."""
     state = tmp_path / "state"
     monkeypatch.delenv("HPCNB_SLURM_VERSION", raising=False)
-    assert "slurm version: 22.05 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout
-    monkeypatch.setenv("HPCNB_SLURM_VERSION", "24.11")
     assert "slurm version: 24.11 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout
+    monkeypatch.setenv("HPCNB_PROFILE", "pizdaint")
+    assert "slurm version: 24.11 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout, "24.05 as 24.11"
+    monkeypatch.delenv("HPCNB_PROFILE")
     monkeypatch.setenv("HPCNB_SLURM_VERSION", "23.02")
+    assert "slurm version: 22.05 (not started yet)\n" in hpcnb_cmd("slurm", state=state).stdout
+    monkeypatch.setenv("HPCNB_SLURM_VERSION", "23.2")
     bad = hpcnb_cmd("slurm", state=state)
-    assert bad.returncode == 0 and "slurm version: unusable: HPCNB_SLURM_VERSION='23.02'" in bad.stdout
+    assert bad.returncode == 0 and "slurm version: unusable: HPCNB_SLURM_VERSION='23.2'" in bad.stdout
     from hpcnb.backend import local_bin_dir
 
     sinfo = subprocess.run([str(Path(local_bin_dir()) / "sinfo")], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "HPCNB_STATE_DIR": str(state)})
-    assert sinfo.returncode == 1 and sinfo.stderr.startswith("sinfo: error: HPCNB_SLURM_VERSION='23.02': "), sinfo
+    assert sinfo.returncode == 1 and sinfo.stderr.startswith("sinfo: error: HPCNB_SLURM_VERSION='23.2': "), sinfo
     monkeypatch.delenv("HPCNB_SLURM_VERSION")
-    done = hpcnb_cmd("slurm", "reset", "--slurm-version", "24.11", state=state)
-    assert (done.returncode, done.stdout) == (0, "local Slurm reset (Slurm 24.11)\n"), done.stderr
+    done = hpcnb_cmd("slurm", "reset", "--slurm-version", "22.05", state=state)
+    assert (done.returncode, done.stdout) == (0, "local Slurm reset (Slurm 22.05)\n"), done.stderr
+    assert "slurm version: 22.05\n" in hpcnb_cmd("slurm", "status", state=state).stdout
+    done = hpcnb_cmd("slurm", "reset", "--slurm-version", "23.11", state=state)
+    assert (done.returncode, done.stdout) == (0, "local Slurm reset (Slurm 23.11, emulated as 24.11)\n"), done.stderr
     assert "slurm version: 24.11\n" in hpcnb_cmd("slurm", "status", state=state).stdout
-    refused = hpcnb_cmd("slurm", "reset", "--slurm-version", "25.05", state=state)
-    assert refused.returncode == 2 and "emulates Slurm 22.05, 24.11" in refused.stderr
+    refused = hpcnb_cmd("slurm", "reset", "--slurm-version", "latest", state=state)
+    assert refused.returncode == 2 and "emulates Slurm 22.05, 24.11" in refused.stderr, refused.stderr
     assert "slurm version: 24.11\n" in hpcnb_cmd("slurm", "status", state=state).stdout, "a refused reset reset"
 
 

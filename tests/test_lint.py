@@ -420,3 +420,48 @@ def test_lint_file(tmp_path):
 
 def test_every_code_has_a_severity():
     assert {sev for sev, _ in CODES.values()} == {"error", "warning"}
+
+
+# ------------------------------------------------------------------ by Slurm release
+
+
+@pytest.mark.parametrize("release, fires", [("21.08", False), ("22.05", True), ("23.02", True), ("23.11", False),
+                                            ("24.05", False), ("24.11", False), ("25.11", False)])
+def test_srun_cpus_per_task_only_where_srun_does_not_inherit(release, fires):
+    """SL202 holds for 22.05 to 23.02 alone: srun inherited --cpus-per-task before and does again since 23.11."""
+    text = _script("#SBATCH --time=5\n#SBATCH --cpus-per-task=8", "srun python t.py\n")
+    found = lint_text(text, _site(slurm_version=release, account_required=False))
+    assert codes(found) == ([(4, "SL202")] if fires else [])
+    if fires:
+        assert found[0].message.startswith(f"testsite runs Slurm {release}, whose srun gives each task 1 CPU")
+        assert "22.05 to 23.02" in found[0].message and "23.11 and later" in found[0].message
+
+
+def test_seed_profile_versions_decide_sl202():
+    """A 22.05 profile gets SL202 for a plain srun after -c; the local profile (24.11) does not."""
+    from hpcnb.sites import load_profile
+
+    text = _script("#SBATCH --time=5\n#SBATCH -c 2", "srun python t.py\n")
+    local = load_profile("local")
+    assert local.slurm_version == "24.11"
+    assert lint_text(text, local) == []
+    assert codes(lint_text(text, replace(local, slurm_version="22.05"))) == [(4, "SL202")]
+    assert codes(lint_text(text)) == [(4, "SL202")], "without a profile the release is unknown: warn"
+
+
+@pytest.mark.parametrize("option, release, expect", [
+    ("--tres-per-task=cpu=2", "22.05", "error"), ("--tres-per-task=cpu=2", "23.02", None),
+    ("--tres-bind=gres/gpu:closest", "23.02", "error"), ("--tres-bind=gres/gpu:closest", "24.11", None),
+    ("--oom-kill-step", "24.05", "error"), ("--oom-kill-step", "24.11", None),
+    ("--power=level", "23.11", None), ("--power=level", "24.05", "error"),
+])
+def test_options_added_or_dropped_after_2205(option, release, expect):
+    """An option only some releases know is judged at the profile's release, and named with its releases."""
+    text = _script(f"#SBATCH --time=5\n#SBATCH {option}")
+    found = lint_text(text, _site(slurm_version=release, account_required=False))
+    assert [(f.lineno, f.code, f.severity) for f in found] == ([(3, "SL101", expect)] if expect else [])
+    if expect:
+        assert found[0].message.startswith(f"sbatch: unrecognized option '{option}' (testsite runs Slurm {release}; ")
+    (unknown,) = lint_text(text)  # no profile: a warning that names the releases
+    assert (unknown.code, unknown.severity) == ("SL101", "warning")
+    assert unknown.message.startswith(f"{option.split('=')[0]} exists in Slurm ")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def test_local_profile_shape_is_exact() -> None:
     assert short.preemptible is False and debug.nodes is None and short.nodes is None
     assert p.slurm_tmpdir is True
     assert (p.def_mem_per_cpu_mb, p.kill_wait_s, p.cluster_name) == (500, 2, "hpcnb")
-    assert p.slurm_version == "22.05"
+    assert p.slurm_version == "24.11" and p.guide_slurm_version is None  # the release most sites run
     assert p.account_required is False and p.account_directive is None
     tiers = {t.name: t for t in p.storage}
     assert tiers["home"].path == "$HOME"
@@ -275,8 +276,11 @@ def test_duplicate_node_names(tmp_path: Path) -> None:
     ('jupyter = ""', 'jupyter = ""\nhome_forbidden_for = ["code"]', "home_forbidden_for[0]"),
     ('jupyter = ""', 'jupyter = ""\n[modules]\npython = "python/3.11"\n', "modules.python"),
     ('name = "quick"', 'name = "main"', "partitions[1].name"),
-    ('jupyter = ""', 'jupyter = ""\nslurm_version = "23.02"', "slurm_version"),
+    ('jupyter = ""', 'jupyter = ""\nslurm_version = "23.2"', "slurm_version"),
+    ('jupyter = ""', 'jupyter = ""\nslurm_version = "24.11.5"', "slurm_version"),
+    ('jupyter = ""', 'jupyter = ""\nslurm_version = "24.13"', "slurm_version"),
     ('jupyter = ""', 'jupyter = ""\nslurm_version = 24.11', "slurm_version"),
+    ('jupyter = ""', 'jupyter = ""\nguide_slurm_version = "latest"', "guide_slurm_version"),
 ])
 def test_invalid_values_name_the_field(tmp_path: Path, old: str, new: str, field: str) -> None:
     err = error_for(broken(tmp_path, old, new))
@@ -417,3 +421,34 @@ def test_partition_dataclass_defaults() -> None:
     part = Partition(name="p", max_time="1:00:00")
     assert (part.default, part.nodes, part.preemptible, part.description) == (False, None, False, "")
     assert part.max_seconds == 3600
+
+
+# ------------------------------------------------------------------ Slurm releases
+
+
+@pytest.mark.parametrize("release, emulated", [
+    ("19.05", "24.11"), ("21.08", "24.11"), ("22.05", "22.05"), ("23.02", "22.05"),
+    ("23.11", "24.11"), ("24.05", "24.11"), ("24.11", "24.11"), ("25.05", "24.11"), ("25.11", "24.11"),
+])
+def test_emulated_version_follows_srun_cpus_inheritance(release: str, emulated: str) -> None:
+    """22.05 to 23.02 (srun does not inherit --cpus-per-task) are emulated as 22.05, all others as 24.11."""
+    assert sites.emulated_version(release) == emulated
+    assert emulated in sites.SLURM_VERSIONS
+
+
+@pytest.mark.parametrize("text", ["24.11.5", "24", "v24.11", "24.00", "24.13", ""])
+def test_slurm_release_must_be_a_major_version(text: str) -> None:
+    with pytest.raises(ValueError, match="YY.MM"):
+        sites.emulated_version(text)
+
+
+def test_every_seed_profile_states_its_release() -> None:
+    """Each shipped profile names the release its site runs, with the source or the doubt in a comment."""
+    for name in list_profiles():
+        text = (sites.SITES_DIR / f"{name}.toml").read_text()
+        assert re.search(r'^slurm_version = "\d\d\.\d\d"$', text, re.M), name
+        head = text[:text.index("slurm_version =")]
+        assert "# The Slurm release the site runs" in head, name
+    assert load_profile("local").slurm_version == "24.11"
+    assert load_profile("pizdaint").slurm_version == "24.05"  # Alps (CSCS's docs), not the retired XC
+    assert load_profile("stability").guide_slurm_version == "21.08"  # ParallelCluster 3.2.0's Slurm

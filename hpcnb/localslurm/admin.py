@@ -410,11 +410,13 @@ def run(verb: str, *, profile: str | None = None, slurm_version: str | None = No
         stop()
         return 0
     if verb == "reset":
-        from hpcnb.sites import SLURM_VERSIONS
+        from hpcnb.sites import SLURM_VERSIONS, emulated_version
 
-        if slurm_version and slurm_version not in SLURM_VERSIONS:
-            print(f"hpcnb slurm reset: error: --slurm-version {slurm_version}: the local Slurm emulates Slurm "
-                  f"{', '.join(SLURM_VERSIONS)}", file=sys.stderr)
+        try:
+            emulated = slurm_version and emulated_version(slurm_version)
+        except ValueError as err:
+            print(f"hpcnb slurm reset: error: --slurm-version {slurm_version}: {err} (the local Slurm emulates "
+                  f"Slurm {', '.join(SLURM_VERSIONS)})", file=sys.stderr)
             return 2
         if profile:
             from .cluster import load_cluster
@@ -424,9 +426,10 @@ def run(verb: str, *, profile: str | None = None, slurm_version: str | None = No
             except ValueError as err:  # hpcnb.sites.ProfileError
                 print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
                 return 2
-        reset(profile, slurm_version)
+        reset(profile, emulated)
+        as_emulated = f", emulated as {emulated}" if emulated != slurm_version else ""
         chosen = ", ".join(x for x in (profile and f"profile {profile}",
-                                        slurm_version and f"Slurm {slurm_version}") if x)
+                                        slurm_version and f"Slurm {slurm_version}{as_emulated}") if x)
         print("local Slurm reset" + (f" ({chosen})" if chosen else ""))
         return 0
     if verb == "recover":

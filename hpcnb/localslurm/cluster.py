@@ -78,9 +78,9 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 @lru_cache(maxsize=8)
 def load_cluster(profile_name: str = "local", slurm_version: str | None = None) -> Cluster:
-    """Build the virtual cluster of a site profile (see :mod:`hpcnb.sites`), behaving as
-    ``slurm_version`` (default: the profile's ``slurm_version``)."""
-    from hpcnb.sites import load_profile
+    """Build the virtual cluster of a site profile (see :mod:`hpcnb.sites`), behaving as the emulated
+    Slurm nearest ``slurm_version`` (default: the profile's; :func:`hpcnb.sites.emulated_version`)."""
+    from hpcnb.sites import emulated_version, load_profile
 
     profile = load_profile(profile_name)
     nodes: dict[str, Node] = {}
@@ -101,23 +101,25 @@ def load_cluster(profile_name: str = "local", slurm_version: str | None = None) 
         slurm_tmpdir=profile.slurm_tmpdir,
         account_required=profile.account_required,
         account_directive=profile.account_directive,
-        slurm_version=slurm_version or profile.slurm_version,
+        slurm_version=emulated_version(slurm_version or profile.slurm_version),
     )
 
 
 def wanted_version(profile_name: str) -> str:
-    """The Slurm version a fresh state takes: ``HPCNB_SLURM_VERSION``, else the profile's."""
-    from hpcnb.sites import SLURM_VERSION_ENV, SLURM_VERSIONS, ProfileError, load_profile
+    """The emulated Slurm a fresh state takes, for ``HPCNB_SLURM_VERSION`` (any release, "23.11"),
+    else for the profile's ``slurm_version`` (:func:`hpcnb.sites.emulated_version`)."""
+    from hpcnb.sites import SLURM_VERSION_ENV, SLURM_VERSIONS, ProfileError, emulated_version, load_profile
 
     wanted = os.environ.get(SLURM_VERSION_ENV)
     if not wanted:
-        return load_profile(profile_name).slurm_version
-    if wanted not in SLURM_VERSIONS:
+        return emulated_version(load_profile(profile_name).slurm_version)
+    try:
+        return emulated_version(wanted)
+    except ValueError as err:
         known = ", ".join(SLURM_VERSIONS)
-        raise ProfileError(f"{SLURM_VERSION_ENV}={wanted!r}: the local Slurm emulates Slurm {known}. "
-                           f"Fix: set it to one of {known}, or unset it (the profile's slurm_version).",
-                           field=SLURM_VERSION_ENV, fix=f"use one of {known}")
-    return wanted
+        raise ProfileError(f"{SLURM_VERSION_ENV}={wanted!r}: {err} (the local Slurm emulates Slurm {known}). "
+                           f"Fix: set it to a Slurm release such as 24.11, or unset it (the profile's slurm_version).",
+                           field=SLURM_VERSION_ENV, fix="set it to a Slurm release such as 24.11") from None
 
 
 def state_cluster(conn: Any) -> Cluster:

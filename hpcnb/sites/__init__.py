@@ -19,7 +19,9 @@ TOML layout: top-level keys plus ``[[storage]]``, ``[[partitions]]``, ``[[nodes]
 ``[[gpu_types]]``, ``[[rules]]`` and ``[modules]``. TOML has no null: leave an optional key out
 to mean "none / not given". Quotas may be integers or strings: bytes use binary units
 (``"50G"`` = 50 * 2**30; K, M, G, T, P, optionally followed by ``B`` or ``iB``), file counts use
-decimal units (``"500k"`` = 500_000, ``"1M"`` = 10**6).
+decimal units (``"500k"`` = 500_000, ``"1M"`` = 10**6). ``slurm_version`` is the Slurm release the
+site runs ("24.05"; ``guide_slurm_version`` the guide's, where it differs); :func:`emulated_version`
+says which of the local Slurm's versions stands in for it.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ __all__ = [
     "ProfileError", "StorageTier", "Partition", "NodeGroup", "GpuType", "Rule", "Profile",
     "list_profiles", "load_profile", "compare",
     "parse_time_limit", "parse_bytes", "parse_file_count", "expand_hostlist",
-    "SITES_DIR", "ENV_VAR", "SLURM_VERSIONS", "SLURM_VERSION_ENV",
+    "SITES_DIR", "ENV_VAR", "SLURM_VERSIONS", "SLURM_VERSION_ENV", "DEFAULT_SLURM_VERSION",
+    "parse_slurm_version", "emulated_version",
 ]
 
 SITES_DIR = Path(__file__).resolve().parent
@@ -52,7 +55,38 @@ ENV_VAR = "HPCNB_PROFILE"
 SLURM_VERSIONS = ("22.05", "24.11")
 #: Overrides a profile's ``slurm_version`` (read when the local Slurm's state is made).
 SLURM_VERSION_ENV = "HPCNB_SLURM_VERSION"
+#: A profile that does not say which Slurm its site runs gets the one most sites run today.
+DEFAULT_SLURM_VERSION = "24.11"
 HOME_KINDS = ("data", "venv", "cache")
+
+
+_RELEASE_RE = re.compile(r"^(\d{2})\.(0[1-9]|1[0-2])$")
+#: srun does not inherit --cpus-per-task from the job from this release (22.05) until that one (23.11).
+_NO_CPUS_INHERITANCE = ((22, 5), (23, 11))
+
+
+def parse_slurm_version(text: str) -> tuple[int, int]:
+    """(year, month) of a Slurm major release written "YY.MM" ("24.05"); ValueError otherwise."""
+    m = _RELEASE_RE.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r} is not a Slurm release: write its major version as YY.MM, e.g. \"24.05\"")
+    return int(m.group(1)), int(m.group(2))
+
+
+def emulated_version(version: str) -> str:
+    """Which emulated Slurm (one of :data:`SLURM_VERSIONS`) stands in for a site's Slurm ``version``.
+
+    The two behave most differently in what a job step gets: 22.05 to 23.02 are the only releases
+    whose ``srun`` does not inherit ``--cpus-per-task`` from the job (22.05 stopped it, 23.11 brought
+    it back), so those map to "22.05" and every other release, older or newer, to "24.11". The rest
+    follows the chosen one: a 23.11 or 24.05 site gets 24.11's environment (``SLURM_TRES_PER_TASK``
+    and ``--external-launcher`` arrived in 23.11, as the inheritance did) and 24.11's command outputs;
+    a site older than 22.05 gets 24.11's step CPUs but variables and outputs newer than its own.
+    ``hpcnb.localslurm`` and ``hpcnb.lint`` both decide with this function.
+    """
+    release = parse_slurm_version(version)
+    first, after = _NO_CPUS_INHERITANCE
+    return SLURM_VERSIONS[0] if first <= release < after else SLURM_VERSIONS[1]
 
 
 class ProfileError(ValueError):
@@ -173,7 +207,8 @@ class Profile:
     def_mem_per_cpu_mb: int = 500
     kill_wait_s: int = 2
     cluster_name: str = "hpcnb"
-    slurm_version: str = SLURM_VERSIONS[0]  # whose behaviour the local Slurm emulates for this site
+    slurm_version: str = DEFAULT_SLURM_VERSION  # the site's Slurm release today, "YY.MM" (see emulated_version)
+    guide_slurm_version: str | None = None  # the release the source guide was written for, where known and different
     notes: tuple[str, ...] = ()
 
     def partition(self, name: str | None = None) -> Partition:
@@ -417,10 +452,13 @@ def _non_negative(ctx: _Ctx, where: str, value: int, what: str) -> int:
     return value
 
 
-def _slurm_version(ctx: _Ctx, value: str) -> str:
-    if value not in SLURM_VERSIONS:
-        raise ctx.error("slurm_version", f"the local Slurm emulates Slurm {' and '.join(SLURM_VERSIONS)}, "
-                        f"not {value!r}", f"use one of: {', '.join(repr(v) for v in SLURM_VERSIONS)}")
+def _slurm_version(ctx: _Ctx, where: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        parse_slurm_version(value)
+    except ValueError as exc:
+        raise ctx.error(where, str(exc), 'write the site\'s Slurm major release in quotes, e.g. "24.05"') from None
     return value
 
 
@@ -636,7 +674,8 @@ def _build_profile(ctx: _Ctx, data: dict[str, Any], stem: str) -> Profile:
                                      t.opt("def_mem_per_cpu_mb", int, 500), "def_mem_per_cpu_mb"),
         kill_wait_s=_non_negative(ctx, "kill_wait_s", t.opt("kill_wait_s", int, 2), "kill_wait_s"),
         cluster_name=_nonempty(ctx, "cluster_name", t.opt("cluster_name", str, "hpcnb")),
-        slurm_version=_slurm_version(ctx, t.opt("slurm_version", str, SLURM_VERSIONS[0])),
+        slurm_version=_slurm_version(ctx, "slurm_version", t.opt("slurm_version", str)) or DEFAULT_SLURM_VERSION,
+        guide_slurm_version=_slurm_version(ctx, "guide_slurm_version", t.opt("guide_slurm_version", str)),
         notes=t.str_list("notes"),
     )
 
