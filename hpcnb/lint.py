@@ -45,9 +45,13 @@ CODES: dict[str, tuple[str, str]] = {
     "SL108": (WARNING, "no time limit"),
     "SL109": (ERROR, "invalid time"),
     "SL110": (WARNING, "abbreviated option name"),
+    "SL111": (ERROR, "placeholder left in a directive"),
+    "SL112": (ERROR, "#! line names no interpreter that can exist"),
     "SL201": (WARNING, "multi-task job never launches its tasks with srun"),
     "SL202": (WARNING, "srun does not inherit --cpus-per-task (Slurm 22.05-23.02)"),
     "SL203": (WARNING, "fixed MASTER_PORT"),
+    "SL204": (ERROR, "placeholder left in a command"),
+    "SL205": (ERROR, "formatting pasted from a web page"),
     "SL301": (ERROR, "partition unknown at this site"),
     "SL302": (ERROR, "time limit above the partition's maximum"),
     "SL303": (ERROR, "more GPUs per node than the site's nodes have"),
@@ -299,6 +303,142 @@ def _check_placement(parsed: ParsedScript) -> list[Finding]:
     return out
 
 
+# ------------------------------------------------------- copied from a guide
+
+#: Characters that web pages and word processors put where sbatch and the shell need ASCII.
+_TYPOGRAPHIC = {"\u00a0": "a non-breaking space (U+00A0)", "\u2013": "an en dash (U+2013)",
+                "\u2014": "an em dash (U+2014)", "\u2212": "a minus sign (U+2212)",
+                "\u201c": "a curly quote (U+201C)", "\u201d": "a curly quote (U+201D)"}
+
+
+def _pasted_characters(text: str) -> str | None:
+    """The typographic characters in ``text``, named ("a non-breaking space (U+00A0)"), or None."""
+    return " and ".join(name for ch, name in _TYPOGRAPHIC.items() if ch in text) or None
+
+
+_PLACEHOLDER = re.compile(r"<[^<>\s]+>|X{3,}|(?<![A-Za-z])x{3,}(?![A-Za-z])")
+_GPU_COUNTED = {"gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "tres-per-task"}
+
+
+def _placeholder(d: Directive) -> str | None:
+    """The guide's placeholder left in a directive's value ("<project>", "NAISSXXXX", "gpu:N"), or None."""
+    if d.value is None or d.spec is None or d.spec.long == "job-name":
+        return None
+    m = _PLACEHOLDER.search(d.value)
+    if m:
+        return m.group(0)
+    if d.spec.long in _GPU_COUNTED:
+        for item in d.value.split(","):
+            head, _, count = item.rpartition(":")
+            if head and re.fullmatch(r"[A-Z]", count):
+                return count
+    return None
+
+
+def _check_placeholders(parsed: ParsedScript) -> list[Finding]:
+    out: list[Finding] = []
+    for d in parsed.directives:
+        found = _placeholder(d)
+        if found is not None:
+            out.append(_f(d.lineno, "SL111", f"--{d.spec.long}={d.value} still holds the placeholder '{found}': "
+                          "sbatch passes it on as it is, and Slurm rejects the job (or the job fails)",
+                          f"put your own value in place of '{found}'"))
+    return out
+
+
+def _check_shebang(parsed: ParsedScript) -> list[Finding]:
+    """The kernel runs the script with the #! line's first word (split at spaces and tabs only)."""
+    if parsed.shebang is None:
+        return []
+    interpreter = re.split(r"[ \t]+", parsed.shebang[2:].strip(" \t"))[0]
+    if not interpreter.startswith("/"):
+        why = "is not an absolute path" if interpreter else "is missing"
+    elif "\\" in interpreter or not interpreter.isascii():
+        why = "holds " + (_pasted_characters(interpreter) or "a backslash") + ", which no program's path has"
+    else:
+        return []
+    return [_f(1, "SL112", f"the #! interpreter '{interpreter}' {why}: the job fails as soon as it starts "
+               "(execve: No such file or directory)", "write the full path of a shell, e.g. #!/bin/bash")]
+
+
+#: (pattern, what it is, fix) for web-page formatting that lands in a command.
+_MARKUP: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"(?:^|(?<=\s))\*\*(?=[-\w])|(?<=[\w-])\*\*(?=\s|$)"), "'**' bold markers",
+     "delete the '**'"),
+    (re.compile(r"(?:^|(?<=\s))[\u2013\u2014\u2212]"), "a typographic dash where an option needs '--'",
+     "type two ASCII hyphens"),
+    (re.compile("[\u201c\u201d]"), "curly quotes, which the shell keeps as text", "use straight quotes"),
+    (re.compile("\u00a0"), "a non-breaking space, which the shell does not split words at",
+     "retype the space"),
+    (re.compile(r"&(?:lt|gt|amp|quot|nbsp|#\d+|#x[0-9A-Fa-f]+);"),
+     "an HTML entity, whose '&' the shell reads as 'run in the background'",
+     "write the character itself (&lt; is <, &gt; is >, &amp; is &)"),
+)
+_END_PLACEHOLDER = re.compile(r"(?:^|(?<=[\s;&|(]))<([A-Za-z_][\w.-]*)>\s*(?=$|[;&|)])")
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+def _unquoted(line: str, quote: str) -> tuple[str, str]:
+    """The line's shell code with quoted text blanked to '_' and a trailing comment cut, and the quote
+    still open at its end ('' if none): a quote opened on an earlier line continues here."""
+    kept: list[str] = []
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+            kept.append("_")
+        elif ch == "\\":
+            kept.append(line[i : i + 2])
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+            kept.append("_")
+        elif ch == "#" and (not kept or kept[-1] in " \t;&|("):
+            break
+        else:
+            kept.append(ch)
+        i += 1
+    return "".join(kept), quote
+
+
+def _shell_code(parsed: ParsedScript, text: str) -> list[tuple[int, str]]:
+    """(line, unquoted code) of each body line the shell parses: here-document bodies left out."""
+    out: list[tuple[int, str]] = []
+    quote, heredoc = "", None
+    for lineno, line in _logical_lines(parsed.body_lines, text):
+        if heredoc is not None:
+            heredoc = None if line.strip() == heredoc else heredoc
+            continue
+        code, quote = _unquoted(line, quote)
+        out.append((lineno, code))
+        m = _HEREDOC.search(line) if "<<" in code else None
+        heredoc = m.group(2) if m else None
+    return out
+
+
+def _check_copied_text(parsed: ParsedScript, text: str) -> list[Finding]:
+    """Placeholders and web-page formatting that a reader pasted into the commands."""
+    out: list[Finding] = []
+    for lineno, code in _shell_code(parsed, text):
+        m = _END_PLACEHOLDER.search(code)
+        if m:
+            out.append(_f(lineno, "SL204", f"'<{m.group(1)}>' is a placeholder: bash reads '<' and '>' as "
+                          "redirections and stops with \"syntax error near unexpected token `newline'\"",
+                          f"put your real {m.group(1).lower()} in its place, or delete it"))
+        hits = [(what, fix) for pattern, what, fix in _MARKUP if pattern.search(code)]
+        if hits:
+            words = re.split(r"[ \t]+", code.strip())
+            word = next((w for w in words if any(p.search(w) for p, _, _ in _MARKUP)), code.strip())
+            out.append(_f(lineno, "SL205", f"'{word}' holds {' and '.join(w for w, _ in hits)}, pasted from a "
+                          "formatted web page: the command gets words it cannot use",
+                          "; ".join(fix for _, fix in hits)))
+    return out
+
+
 _PATTERN = re.compile(r"%%|%(\d*)([A-Za-z])")
 
 
@@ -340,8 +480,11 @@ def _check_time(parsed: ParsedScript) -> tuple[list[Finding], int | None, bool]:
     try:
         return [], parse_slurm_time(d.value or ""), True
     except ValueError:
-        return [_f(d.lineno, "SL109", f"sbatch: error: Invalid --time specification ('{d.value}')",
-                   "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")], None, True
+        pasted = _pasted_characters(d.value or "")
+        why = f" (it holds {pasted}, pasted from a web page)" if pasted else ""
+        return [_f(d.lineno, "SL109", f"sbatch: error: Invalid --time specification ('{d.value}'){why}",
+                   "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS" + (
+                       f"; retype it without {pasted}" if pasted else ""))], None, True
 
 
 _LAUNCH_OK = {"srun", "mpirun", "mpiexec"}
@@ -569,10 +712,10 @@ def lint_text(text: str, profile: Profile | str | None = None) -> list[Finding]:
     """Lint a job script's text; ``profile`` is a site Profile, its name, or None."""
     prof = _resolve_profile(profile)
     parsed = parse_script(text)
-    found = _check_form(parsed) + _check_directives(parsed, prof) + _check_placement(parsed)
-    found += _check_log_names(parsed)
+    found = _check_form(parsed) + _check_shebang(parsed) + _check_directives(parsed, prof)
+    found += _check_placement(parsed) + _check_placeholders(parsed) + _check_log_names(parsed)
     time_findings, limit, timed = _check_time(parsed)
-    found += time_findings + _check_body(parsed, text, prof)
+    found += time_findings + _check_body(parsed, text, prof) + _check_copied_text(parsed, text)
     if prof is not None:
         found += _check_profile(parsed, text, prof, limit, timed)
     return sorted(found, key=lambda f: (f.lineno, f.code))

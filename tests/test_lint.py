@@ -5,6 +5,7 @@ The GUIDE_* scripts are copied from the course's source guides (mistakes kept).
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -141,8 +142,8 @@ def test_clean_ddp_script_passes_the_site_checks():
 
 def test_guide_alliance_misspelling_and_log_name():
     found = lint_text(GUIDE_ALLIANCE)
-    assert codes(found) == [(3, "SL101"), (13, "SL107")]
-    typo, log = found
+    assert codes(found) == [(3, "SL101"), (8, "SL111"), (9, "SL111"), (10, "SL111"), (13, "SL107")]
+    typo, log = found[0], found[-1]
     assert typo.severity == "error"
     assert typo.message == "sbatch: unrecognized option '--ntaks-per-node=4'"
     assert typo.fix == "use --ntasks-per-node"
@@ -151,7 +152,7 @@ def test_guide_alliance_misspelling_and_log_name():
 
 def test_guide_stability_srun_without_cpus():
     found = lint_text(GUIDE_STABILITY)
-    assert codes(found) == [(18, "SL202")]
+    assert codes(found) == [(18, "SL202"), (18, "SL205")]  # and the bold '**' pasted around --comment
     assert "SRUN_CPUS_PER_TASK" in found[0].fix
 
 
@@ -164,7 +165,7 @@ def test_guide_hpc2n_directives_after_a_command():
 
 
 def test_guide_daint_continued_srun_line():
-    assert codes(lint_text(GUIDE_DAINT)) == [(17, "SL202")]
+    assert codes(lint_text(GUIDE_DAINT)) == [(10, "SL111"), (17, "SL202")]
 
 
 # ------------------------------------------------------------------ each check
@@ -395,7 +396,7 @@ def test_cli_output_and_exit_codes(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (f"{bad}:3: SL101 sbatch: unrecognized option '--ntaks-per-node=4' "
                       "(fix: use --ntasks-per-node)")
-    assert out[1].startswith(f"{bad}:13: SL107 ")
+    assert out[-1].startswith(f"{bad}:13: SL107 ")
     warn_only = tmp_path / "warn.sh"
     warn_only.write_text(_script("#SBATCH -N 1"))
     assert main([str(warn_only)]) == 0
@@ -415,7 +416,7 @@ def test_cli_profile_and_usage_errors(tmp_path, capsys):
 def test_lint_file(tmp_path):
     path = tmp_path / "job.sh"
     path.write_text(GUIDE_DAINT)
-    assert codes(lint_file(path)) == [(17, "SL202")]
+    assert codes(lint_file(path)) == [(10, "SL111"), (17, "SL202")]
 
 
 def test_every_code_has_a_severity():
@@ -465,3 +466,113 @@ def test_options_added_or_dropped_after_2205(option, release, expect):
     (unknown,) = lint_text(text)  # no profile: a warning that names the releases
     assert (unknown.code, unknown.severity) == ("SL101", "warning")
     assert unknown.message.startswith(f"{option.split('=')[0]} exists in Slurm ")
+
+
+# ------------------------------------------------------------------ the seed guides' own scripts
+
+SEED_SCRIPTS = Path(__file__).parent / "fixtures" / "seed-scripts"
+
+#: fixture -> the rule ids its site's profile (the name before '-') must report, no more, no fewer.
+SEED_FINDINGS = {
+    "stability-1.sh": {"SL109", "SL205"},
+    "stability-2.sh": {"SL112", "SL108", "SL304"},
+    "stability-3.sh": {"SL108", "SL304"},
+    "narval-1.sh": {"SL101", "SL107", "SL111", "SL301"},
+    "narval-2.sh": set(),
+    "narval-3.sh": set(),
+    "alvis-1.sh": {"SL106", "SL104", "SL108", "SL204", "SL304"},
+    "alvis-2.sh": {"SL106", "SL108", "SL304"},
+    "alvis-3.sh": {"SL106", "SL108", "SL304"},
+    "alvis-4.sh": {"SL106", "SL108", "SL304"},
+    "pizdaint-1.sh": {"SL111"},
+    "pizdaint-2.sh": {"SL111", "SL201"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEED_FINDINGS))
+def test_seed_guide_scripts_as_a_reader_copies_them(name):
+    """What a reader who copies a guide's job script gets wrong on its own site (guide 002, Ulysses, has none).
+
+    ============== =====================================================================================
+    stability-1    SL109 ``-t 7-00:00`` ends in a non-breaking space; SL205 ``srun **--comment Laion**``
+    stability-2    SL112 ``#!/bin/bash\\``; SL304 no ``--comment`` project; SL108 no --time
+    stability-3    SL304 no ``--comment`` project; SL108 no --time
+    narval-1       SL101 ``--ntaks-per-node``; SL107 ``outjobfile-J.out``; SL301 + SL111 ``xxx_usr_prod``;
+                   SL111 ``gpu:kepler:N`` and ``--qos=<qos_name>``
+    narval-2, -3   fine: the Alliance's venv-per-node and staging recipes (in our frame)
+    alvis-1        SL106 no #!, a ``'''`` title line first; SL104 so every #SBATCH is ignored (hence SL108,
+                   SL304); SL204 ``srun python program.py <ARGS>`` is a bash syntax error
+    alvis-2..4     SL106 the #SBATCH block has no #!; SL304 no --account (mandatory); SL108 no --time
+    pizdaint-1     SL111 ``--account=<project>`` (srun inherits -c on Daint's 24.05: no SL202)
+    pizdaint-2     SL111 ``--account=<project>``; SL201 horovodrun starts its workers over ssh
+    ============== =====================================================================================
+    """
+    found = lint_file(SEED_SCRIPTS / name, name.split("-")[0])
+    assert {f.code for f in found} == SEED_FINDINGS[name], [f.format(name) for f in found]
+
+
+def test_every_seed_fixture_has_its_expected_findings():
+    assert sorted(p.name for p in SEED_SCRIPTS.glob("*.sh")) == sorted(SEED_FINDINGS)
+
+
+@pytest.mark.parametrize("directive, placeholder", [
+    ("#SBATCH --account=<project>", "<project>"),
+    ("#SBATCH --account NAISSXXXX-YY-ZZZZ", "XXXX"),
+    ("#SBATCH --partition=xxx_usr_prod", "xxx"),
+    ("#SBATCH --gres=gpu:kepler:N", "'N'"),
+    ("#SBATCH --gpus-per-node=V100:N", "'N'"),
+])
+def test_placeholder_in_a_directive(directive, placeholder):
+    (f,) = [f for f in lint_text(_script("#SBATCH --time=5\n" + directive)) if f.code == "SL111"]
+    assert placeholder in f.message and f.lineno == 3 and f.severity == "error"
+
+
+@pytest.mark.parametrize("directive", ["#SBATCH --job-name=<demo>", "#SBATCH --gres=gpu:a100:2",
+                                       "#SBATCH --account=def-maxxie", "#SBATCH --constraint=gpu"])
+def test_no_placeholder(directive):
+    assert "SL111" not in {f.code for f in lint_text(_script("#SBATCH --time=5\n" + directive))}
+
+
+@pytest.mark.parametrize("shebang, fires", [
+    ("#!/bin/bash\\", True), ("#!bash", True), ("#!/bin/bash\u00a0-l", True), ("#!", True),
+    ("#!/bin/bash -l", False), ("#!/usr/bin/env bash", False), ("#! /bin/sh", False),
+])
+def test_shebang_interpreter(shebang, fires):
+    found = lint_text(shebang + "\n#SBATCH --time=5\ntrue\n")
+    assert ("SL112" in {f.code for f in found}) is fires
+
+
+def test_placeholder_in_a_command():
+    text = _script("#SBATCH --time=5", "srun python program.py <ARGS>   # run it\n")
+    (f,) = lint_text(text)
+    assert (f.code, f.lineno, f.severity) == ("SL204", 3, "error") and "syntax error" in f.message
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("srun **--comment Laion** python3 x.py", "'**--comment'"),
+    ("srun \u2013partition=gpu hostname", "'\u2013partition=gpu'"),
+    ("srun python\u00a0train.py", "non-breaking space"),
+    ("srun hostname &gt; out.txt", "HTML entity"),
+    ("echo \u201chello\u201d", "curly quotes"),
+])
+def test_web_formatting_in_a_command(line, shown):
+    (f,) = lint_text(_script("#SBATCH --time=5", line + "\n"))
+    assert f.code == "SL205" and shown in f.message and f.lineno == 3
+
+
+def test_shell_that_looks_like_a_paste_is_fine():
+    body = """echo $((2**10)) "<ARGS>" '**bold**' "don\u2019t"
+sort <in.txt >out.txt
+cat <<EOF > run.py
+f(**kwargs)
+x = "<ARGS>"
+EOF
+python - <<'PY'
+print(2 ** 3, **opts)
+PY
+python -c "
+g(**kw)
+"
+ls **/*.py  # **globstar** <ARGS>
+"""
+    assert lint_text(_script("#SBATCH --time=5", body)) == []
