@@ -22,6 +22,16 @@ def _nodelist(job: dict) -> str:
     return hostlist.collect_hostlist([p["node"] for p in job["alloc"]])
 
 
+def signal_command(sup, signum: int) -> None:
+    """As Slurm's salloc: killpg, to the command's whole process group, so no child is missed."""
+    for pid, status in sup.mains.items():
+        if status is None:
+            try:
+                os.killpg(pid, signum)
+            except OSError:
+                pass
+
+
 def main(argv: list[str]) -> int:
     try:
         req, rest = build_request("salloc", argv)
@@ -42,6 +52,9 @@ def main(argv: list[str]) -> int:
     def start(sup) -> None:
         pid = procs.spawn(command, env, os.getcwd(), (0, 1, 2), False, error_prefix="salloc", own_group=True)
         sup.mains[pid] = None
+        # as Slurm's salloc (_exit_on_signal): a hangup (its terminal closed) goes on to the command's
+        # group; salloc then waits for the command and gives the allocation back
+        signal.signal(signal.SIGHUP, lambda *_: signal_command(sup, signal.SIGHUP))
 
     def revoked(sup, outcome) -> None:
         """As Slurm's salloc: say so; the command runs on unless -K/--kill-command asked for a signal."""
@@ -51,13 +64,7 @@ def main(argv: list[str]) -> int:
         else:
             print(f"salloc: Job allocation {job['id']} has been revoked.", file=sys.stderr, flush=True)
         if req.kill_command is not None:
-            signum = req.kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM)
-            for pid, status in sup.mains.items():  # as Slurm's salloc: killpg, so no child is missed
-                if status is None:
-                    try:
-                        os.killpg(pid, signum)
-                    except OSError:
-                        pass
+            signal_command(sup, req.kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM))
 
     outcome, sup = supervise(job, start, on_revoke=revoked)
     for pid in sup.mains:  # the terminal back to salloc's own group
