@@ -454,7 +454,8 @@ def test_fidelity_submitit_array_sacct(sides) -> None:
         side.submitted.append(job)
         norm = Norm(side, [wd], [job])
         try:
-            running = _sacct_until(side, wd, job, lambda t: f"{job}_0.0|RUNNING" in t and "|PENDING|" in t)
+            # the waiting tasks' record names task 0 until slurmdbd hears it started (24.11: ~5 s)
+            running = _sacct_until(side, wd, job, lambda t: f"{job}_0.0|RUNNING" in t and f"{job}_[1-3%1]|" in t)
         finally:
             cancel = side.run(["scancel", str(job)], wd)
         side.wait_done(job, wd)
