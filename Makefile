@@ -3,7 +3,7 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-mutants, test-parity and test-real-course (after real-slurm-up),
+# Other targets: setup, test-lessons, test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
 #                "A portal for a workshop"), clean.
@@ -27,7 +27,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
+.PHONY: help setup lab test test-lessons test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
@@ -96,11 +96,20 @@ endef
 # make test: the unit tests on the local Slurm, then every lesson notebook (nbval). Every solution
 # notebook runs end to end in the unit tests already, through the autograder, which wants full
 # marks (tests/test_grading.py); make test-real-course runs them under nbval on the real Slurm.
-test: setup
-	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
+define nbval-lessons
 	@state=$$(mktemp -d); export HPCNB_STATE_DIR=$$state; \
 	 trap '$(VENV)/bin/hpcnb slurm reset >/dev/null 2>&1; rm -rf "$$state"' EXIT; \
 	 $(call pytest-cmd,$(NBVAL) notebooks,notebooks)
+endef
+
+test: setup
+	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
+	$(nbval-lessons)
+
+# make test-lessons: the lessons alone, as make test runs them, on a fresh local Slurm; with
+# HPCNB_SLURM_VERSION=22.05 it behaves as that release instead of the profile's (24.11).
+test-lessons: setup
+	$(nbval-lessons)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
 # each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs
