@@ -333,6 +333,10 @@ def task_env(
     )
     if step.get("exports_all", True):  # srun's own setting, in its environment: only --export=ALL passes it
         env["SRUN_DEBUG"] = "3"
+    else:  # so do 24.11's launcher hints (measured: absent from an --export=<names> step)
+        for name in MPI_LAUNCHER_VARS:
+            if name not in base:
+                env.pop(name, None)
     # srun picks cyclic when there are no more tasks than nodes, block otherwise (24.11: block too when
     # -c alone set the task count); a stand-alone srun exports it only when given a memory option
     if in_allocation or req.get("mem_mb") is not None or req.get("mem_per_cpu_mb"):

@@ -91,11 +91,21 @@ def _unescaped(pattern: str) -> str:
     return re.sub(r"\\(\\?)", r"\1", pattern)
 
 
-def shown_pattern(pattern: str, job: dict[str, Any]) -> str:
+def shown_pattern(pattern: str, job: dict[str, Any], since_2411: bool = False) -> str:
     """A file name pattern as ``scontrol show job`` shows it (StdOut=...): Slurm 22.05's scontrol
-    expands only %A %a %j %u %x, with no width and no %%, and keeps backslashes."""
+    expands only %A %a %j %u %x, with no width and no %%, and keeps backslashes; 24.11's also %% and
+    the widths of %A %a %j (zero-padded, at most 10), and keeps every other % as it is."""
     values = {**_ids(job), "u": job["user"], "x": job["name"]}
-    return re.sub(r"%([Aajux])", lambda m: str(values[m.group(1)]), pattern)
+    if not since_2411:
+        return re.sub(r"%([Aajux])", lambda m: str(values[m.group(1)]), pattern)
+
+    def expanded(m: re.Match[str]) -> str:
+        if m.group(0) == "%%":
+            return "%"
+        width, letter = m.group(1), m.group(2)
+        text = str(values[letter])
+        return text.zfill(min(int(width), MAX_PAD)) if width and letter in "Aaj" else text
+    return re.sub(r"%%|%(\d*)([Aajux])", expanded, pattern)
 
 
 def default_output(job: dict[str, Any]) -> str:

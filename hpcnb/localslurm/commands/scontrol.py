@@ -107,7 +107,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         out = req["output"] or default_output(job)
 
         def full(pattern: str) -> str:
-            path = shown_pattern(pattern, job)
+            path = shown_pattern(pattern, job, cluster.since("24.11"))
             return path if path.startswith("/") else f"{req['workdir']}/{path}"
 
         stdout = full(out)
