@@ -34,6 +34,11 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory):
     from hpcnb.backend import local_bin_dir
 
     os.environ["PATH"] = f"{local_bin_dir()}{os.pathsep}{os.environ['PATH']}"
+    # the state made now, at 22.05: else the first command to touch it decides, and one run with a
+    # bare environment (no HPCNB_SLURM_VERSION) would make it at the local profile's 24.11
+    made = subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset", "--slurm-version", "22.05"],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
     yield state
     subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], capture_output=True, timeout=60)
     os.environ.clear()
