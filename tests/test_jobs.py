@@ -243,10 +243,11 @@ def test_array_with_throttle_runs_every_task_two_at_a_time(workdir: Path) -> Non
 
 
 def test_dependency_afterok_waits_for_the_first_job(workdir: Path) -> None:
-    first = submit(wrap="sleep 4; date +%s.%N")  # long enough to be seen waiting on a loaded machine
+    first = submit(wrap="until [ -e go ]; do sleep 0.05; done; date +%s.%N")  # ends when the test lets it
     second = submit(wrap="date +%s.%N", dependency=f"afterok:{first.id}")
     _wait_until(lambda: second.reason == "Dependency")
     assert second.state == "PENDING"
+    (workdir / "go").touch()
     assert second.wait(timeout=WAIT, quiet=True) == "COMPLETED"
     assert first.state == "COMPLETED"
     assert float(second.tail()) >= float(first.tail())

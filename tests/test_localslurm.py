@@ -66,7 +66,7 @@ def test_failure_timeout_and_states(workdir: Path) -> None:
 
 
 def test_pending_reasons_resources_priority_and_fit(workdir: Path) -> None:
-    big = submit("-N2", "--exclusive", "--wrap", "sleep 3")
+    big = submit("-N2", "--exclusive", "--wrap", "sleep 300")  # until cancelled: however slow the machine
     wait_state(big, ("RUNNING",))
     second = submit("-n1", "--wrap", "true")
     third = submit("-n1", "--wrap", "true")
@@ -80,9 +80,11 @@ def test_pending_reasons_resources_priority_and_fit(workdir: Path) -> None:
 
 
 def test_array_throttle_and_squeue_collapse(workdir: Path) -> None:
-    job = submit("--array=1-4%1", "-o", "a_%A_%a.out", "--wrap", "sleep 0.3; echo $SLURM_ARRAY_TASK_ID")
+    job = submit("--array=1-4%1", "-o", "a_%A_%a.out",  # each task waits for the test's go
+                 "--wrap", "until [ -e go ]; do sleep 0.05; done; echo $SLURM_ARRAY_TASK_ID")
     lines = run(["squeue", "-h", "-o", "%i %t %r"]).stdout
     assert re.search(rf"{job}_\[\d(-\d)?%1\] PD JobArrayTaskLimit", lines), lines
+    (workdir / "go").touch()
     for task in range(1, 5):
         assert wait_state(f"{job}_{task}", ("COMPLETED",)) == "COMPLETED"
     assert sorted(p.read_text() for p in workdir.glob(f"a_{job}_*.out")) == ["1\n", "2\n", "3\n", "4\n"]
@@ -154,11 +156,11 @@ def test_signal_before_time_limit_reaches_the_batch_shell(workdir: Path) -> None
 
 
 def test_squeue_default_format_and_me(workdir: Path) -> None:
-    job = submit("-J", "sq", "--wrap", "sleep 2")
+    job = submit("-J", "sq", "--wrap", "sleep 300")  # until cancelled
     wait_state(job, ("RUNNING",))
     out = run(["squeue", "--me"]).stdout.splitlines()
     assert out[0] == "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
-    assert re.match(rf"\s+{job}\s+debug\s+sq\s+\S+\s+R\s+0:0\d\s+1 node1$", out[1]), out[1]
+    assert re.match(rf"\s+{job}\s+debug\s+sq\s+\S+\s+R\s+\d+:\d\d\s+1 node1$", out[1]), out[1]
     run(["scancel", str(job)])
 
 

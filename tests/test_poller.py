@@ -169,7 +169,7 @@ def test_waits_share_the_poller_and_its_thread_ends_after_them(workdir: Path) ->
     other.join(WAIT)
     assert results == ["COMPLETED"]
     assert len(poller_threads()) <= 1  # never one per wait
-    until(lambda: not poller_threads(), timeout=10, what="the poller's thread ending")
+    until(lambda: not poller_threads(), what="the poller's thread ending")  # after its last poll
 
 
 @pytest.mark.slow

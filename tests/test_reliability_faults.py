@@ -25,7 +25,8 @@ import pytest
 
 from reliability_helpers import Slurm, kill9, slurm, wait_gone  # noqa: F401  (fixture)
 
-RUN_ONCE = "echo $SLURM_JOB_ID >> {log}; echo start $SLURM_JOB_ID; sleep {sleep}; echo end $SLURM_JOB_ID"
+RUN_ONCE = "echo $SLURM_JOB_ID >> {log}; echo start $SLURM_JOB_ID; {wait}; echo end $SLURM_JOB_ID"
+UNTIL_GO = "until [ -e {go} ]; do sleep 0.05; done"  # runs until the test lets it end
 
 
 def run_counts(log: Path) -> dict[int, int]:
@@ -53,9 +54,10 @@ def assert_lock_not_stale(slurm: Slurm, dead: int) -> None:
 
 def test_controller_killed_while_jobs_run_and_pend(slurm: Slurm, tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
-    # 5 s each: the first four still run when the seventh is queued, even on a loaded machine
-    ids = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, sleep=5)) for _ in range(7)]
-    end = time.time() + 20
+    # the first four run until the test says go, however slow the machine: three stay pending
+    wait = UNTIL_GO.format(go=tmp_path / "go")
+    ids = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, wait=wait)) for _ in range(7)]
+    end = time.time() + 60
     while sorted(slurm.db_states().values()).count("RUNNING") < 4 and time.time() < end:
         time.sleep(0.05)
     states = slurm.db_states()
@@ -68,6 +70,7 @@ def test_controller_killed_while_jobs_run_and_pend(slurm: Slurm, tmp_path: Path)
 
     assert slurm.run("squeue").returncode == 0  # any command brings the controller back
     assert slurm.wait_controller() != victim
+    (tmp_path / "go").touch()
     states = slurm.wait_final(ids, timeout=60)
     assert set(states.values()) == {"COMPLETED"}, states
     assert run_counts(log) == {job: 1 for job in ids}, "a job ran twice or not at all"
@@ -86,7 +89,7 @@ def test_controller_killed_over_and_over_during_submissions(slurm: Slurm, tmp_pa
     def submitter() -> None:
         for _ in range(40):
             done = slurm.run("sbatch", "--parsable", "-o", f"{tmp_path}/%j.out", "--wrap",
-                             RUN_ONCE.format(log=log, sleep=0.2))
+                             RUN_ONCE.format(log=log, wait="sleep 0.2"))
             if done.returncode:
                 errors.append(done.stderr)
             else:
@@ -118,7 +121,7 @@ def test_job_scheduled_but_never_launched_runs_once(slurm: Slurm, tmp_path: Path
     controller gives it back to the queue after the launch grace, and it runs exactly once."""
     slurm.env["HPCNB_LAUNCH_GRACE"] = "1"
     log = tmp_path / "runs.log"
-    job = slurm.submit("--hold", "-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, sleep=0))
+    job = slurm.submit("--hold", "-o", f"{tmp_path}/%j.out", "--wrap", RUN_ONCE.format(log=log, wait="true"))
     assert slurm.admin("stop").returncode == 0
     conn = sqlite3.connect(slurm.state / "slurm.db", timeout=30)
     alloc = '[{"node": "node1", "tasks": 1, "cpus": 1, "mem": 500, "gpus": []}]'

@@ -76,11 +76,12 @@ def test_widget_shows_running_then_cancel_button_cancels(workdir: Path) -> None:
 
 
 def test_widget_shows_why_a_job_waits_and_a_failure(workdir: Path) -> None:
-    first = submit(wrap="sleep 2; exit 3", time="0:30")
+    first = submit(wrap="until [ -e go ]; do sleep 0.05; done; exit 3", time="0:30")  # fails when let
     second = submit(wrap="echo never", time="0:30", dependency=f"afterok:{first.id}")
     w1, w2 = JobWidget(first, poll=0.2), JobWidget(second, poll=0.2)
     until(lambda: w2.state == "PENDING", what="PENDING")
     assert "(Dependency)" in w2.state_label.value and "none yet" in w2.nodes_label.value
+    (workdir / "go").touch()
     assert w1.wait(WAIT) == "FAILED"
     assert "exit code 3:0" in w1.state_label.value and widgets.STATE_COLOURS["FAILED"] in w1.state_label.value
     assert w1.progress.bar_style == "danger"
