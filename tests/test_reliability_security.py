@@ -42,13 +42,15 @@ def test_state_is_private_even_under_a_permissive_umask(slurm: Slurm, tmp_path: 
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\necho private\n")
     jobs = []
-    for args in (["--wrap", "sleep 1"], [str(script)], ["--hold", "--wrap", "true"]):
+    go = tmp_path / "go"  # the first job runs until the test has looked
+    for args in (["--wrap", f"until [ -e {go} ]; do sleep 0.05; done"], [str(script)], ["--hold", "--wrap", "true"]):
         done = subprocess.run(["sbatch", "--parsable", "-o", f"{tmp_path}/%j.out", *args], env=slurm.env,
                               capture_output=True, text=True, preexec_fn=loose_umask, timeout=60)
         assert done.returncode == 0, done.stderr
         jobs.append(int(done.stdout))
     slurm.wait_state(jobs[0], {"RUNNING"})
     assert _loose(slurm.state) == []  # while a job runs: node-local scratch too
+    go.touch()
     slurm.wait_final(jobs[:2])
     assert _loose(slurm.state) == []
     stored = slurm.state / "jobs" / str(jobs[1]) / "slurm_script"
@@ -92,7 +94,9 @@ def _inet(pid: int) -> list:
 
 
 def test_nothing_listens_on_a_network_port(slurm: Slurm, tmp_path: Path) -> None:
-    jobs = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", "sleep 5") for _ in range(3)]
+    go = tmp_path / "go"  # the jobs run until the test has looked
+    jobs = [slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap", f"until [ -e {go} ]; do sleep 0.05; done")
+            for _ in range(3)]
     for job in jobs:
         slurm.wait_state(job, {"RUNNING"})
     controller = slurm.wait_controller()
@@ -108,6 +112,7 @@ def test_nothing_listens_on_a_network_port(slurm: Slurm, tmp_path: Path) -> None
     ours = {controller, *supervisors}
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in ours]
     assert listening == []
+    go.touch()
     for job in jobs:
         slurm.run("scancel", str(job))
 
