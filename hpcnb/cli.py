@@ -19,11 +19,11 @@ Exit codes (the same for every command):
 
   0  done; ``lint``: no errors (warnings alone do not count)
   1  a finding or a failure: ``lint`` found an error, ``check-names`` found names that do not
-     resolve, ``slurm preempt`` found the job not running, ``slurm slow-node`` got an unknown node or
-     a factor outside 1-20, the local Slurm's state file is damaged (``hpcnb slurm recover``)
+     resolve, ``slurm preempt`` found the job not running, ``slurm slow-node`` got a node the
+     cluster does not have, the local Slurm's state file is damaged (``hpcnb slurm recover``)
   2  usage, as argparse answers it (one message on stderr, never a traceback): an unknown command
-     or option, a missing or malformed argument, an unknown site profile; ``lint``: a script that
-     cannot be read
+     or option, a missing or malformed argument (a job id, a factor outside 1-20), an unknown site
+     profile or Slurm version; ``lint``: a script that cannot be read
 
 The whole grammar is here, in one parser; each command imports what it needs only when it runs,
 so ``--help``, ``--version``, ``slurm-path`` and ``which-slurm`` start fast (no torch, psutil or
@@ -35,6 +35,7 @@ import argparse
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from hpcnb import __version__
 
@@ -88,6 +89,16 @@ def _job_id(text: str) -> int:
     return int(text)
 
 
+def _factor(text: str) -> float:
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = 0.0
+    if not 1 <= factor <= 20:  # NaN too
+        raise argparse.ArgumentTypeError(f"not a factor from 1 to 20: {text!r}")
+    return factor
+
+
 # ------------------------------------------------------------------------------ the commands
 
 def _slurm_path(args: argparse.Namespace) -> int:
@@ -121,20 +132,21 @@ def _on_local_state(prog: str, action: Callable[[], int]) -> int:
     return FAILED
 
 
-def _slurm(args: argparse.Namespace) -> int:
-    from hpcnb.localslurm import admin
+def _admin(verb: Callable[[ModuleType, argparse.Namespace], int | None]) -> Callable[[argparse.Namespace], int]:
+    """An ``hpcnb slurm`` verb: ``verb(hpcnb.localslurm.admin, args)``, imported only when it runs (None = 0)."""
 
-    verb = args.verb or "status"
-    options = {"profile": getattr(args, "profile", None), "slurm_version": getattr(args, "slurm_version", None),
-               "job_id": getattr(args, "job_id", None),
-               "node": getattr(args, "node", None), "factor": getattr(args, "factor", None)}
-    return _on_local_state("hpcnb slurm", lambda: admin.run(verb, **options))
+    def run(args: argparse.Namespace) -> int:
+        from hpcnb.localslurm import admin
+
+        return _on_local_state(args.parser.prog, lambda: verb(admin, args) or OK)
+
+    return run
 
 
 def _check_names(args: argparse.Namespace) -> int:
     from hpcnb.localslurm import names
 
-    return _on_local_state("hpcnb check-names", names.check)
+    return _on_local_state(args.parser.prog, names.check)
 
 
 def _kernel_install(args: argparse.Namespace) -> int:
@@ -176,26 +188,29 @@ def build_parser() -> argparse.ArgumentParser:
     command("which-slurm", "say which Slurm the course uses (local or real), and why", _which_slurm,
             description="Say which Slurm the course uses (HPCNB_SLURM=local|real|auto), and why.")
 
-    slurm = command("slurm", "manage the local Slurm (status, stop, reset, recover, preempt, slow-node)", _slurm,
+    status = _admin(lambda admin, args: admin.show_status())
+    slurm = command("slurm", "manage the local Slurm (status, stop, reset, recover, preempt, slow-node)", status,
                     description="Manage the embedded local Slurm. Without a verb: status.", epilog=_EXIT_CODES)
     verbs = slurm.add_subparsers(dest="verb", metavar="VERB", title="verbs")
-    command("status", "state folder, profile, Slurm version, controller, job counts", _slurm, parent=verbs)
-    command("stop", "stop the controller (jobs keep running; it restarts on demand)", _slurm, parent=verbs)
-    reset = command("reset", "cancel everything, forget all jobs, optionally emulate another site", _slurm,
-                    parent=verbs)
+    command("status", "state folder, profile, Slurm version, controller, job counts", status, parent=verbs)
+    command("stop", "stop the controller (jobs keep running; it restarts on demand)",
+            _admin(lambda admin, args: admin.stop()), parent=verbs)
+    reset = command("reset", "cancel everything, forget all jobs, optionally emulate another site",
+                    _admin(lambda admin, args: admin.reset_command(args.profile, args.slurm_version)), parent=verbs)
     reset.add_argument("--profile", metavar="NAME",
                        help="the site profile to emulate from now on (local, narval, ..., or a .toml path)")
     reset.add_argument("--slurm-version", metavar="VERSION",
                        help="behave as this Slurm from now on: 22.05 or 24.11, or any release YY.MM, emulated as "
                             "the nearer of the two (default: $HPCNB_SLURM_VERSION, else the profile's slurm_version)")
-    command("recover", 'after "state file is damaged": keep a copy, salvage what can be read', _slurm, parent=verbs)
+    command("recover", 'after "state file is damaged": keep a copy, salvage what can be read',
+            _admin(lambda admin, args: print(admin.recover())), parent=verbs)
     preempt = command("preempt", "preempt a running job (requeued unless it was submitted with --no-requeue)",
-                      _slurm, parent=verbs)
+                      _admin(lambda admin, args: admin.preempt(args.job_id)), parent=verbs)
     preempt.add_argument("job_id", metavar="JOBID", type=_job_id, help="a running job's id")
     slow = command("slow-node", "make srun tasks on one virtual node run FACTOR times slower (1 = normal)",
-                   _slurm, parent=verbs)
+                   _admin(lambda admin, args: admin.slow_node(args.node, args.factor)), parent=verbs)
     slow.add_argument("node", metavar="NODE", help="a virtual node, e.g. node2")
-    slow.add_argument("factor", metavar="FACTOR", help="from 1 (full speed) to 20")
+    slow.add_argument("factor", metavar="FACTOR", type=_factor, help="from 1 (full speed) to 20")
 
     command("check-names", "check that the virtual node names resolve (frameworks need it)", _check_names)
 

@@ -126,6 +126,9 @@ USAGE_ERRORS = [
     (["slurm", "preempt", "0"], "hpcnb slurm preempt", "not a job id: '0'"),
     (["slurm", "preempt", "1", "2"], "hpcnb slurm preempt", "unrecognized arguments: 2"),
     (["slurm", "slow-node", "node1"], "hpcnb slurm slow-node", "the following arguments are required: FACTOR"),
+    (["slurm", "slow-node", "node2", "fast"], "hpcnb slurm slow-node", "not a factor from 1 to 20: 'fast'"),
+    (["slurm", "slow-node", "node2", "21"], "hpcnb slurm slow-node", "not a factor from 1 to 20: '21'"),
+    (["slurm", "slow-node", "node2", "nan"], "hpcnb slurm slow-node", "not a factor from 1 to 20: 'nan'"),
     (["check-names", "extra"], "hpcnb check-names", "unrecognized arguments: extra"),
     (["kernel"], "hpcnb kernel", "the following arguments are required: VERB"),
     (["kernel", "uninstall"], "hpcnb kernel", "invalid choice: 'uninstall'"),
@@ -149,15 +152,17 @@ def test_usage_error_is_exit_2_on_stderr(argv, prog, phrase, tmp_path):
 
 
 def test_usage_error_in_process_returns_2(capsys):
-    """cli.main (and the modules' main shims) return the code instead of exiting."""
-    from hpcnb.localslurm import admin, names
+    """cli.main (and hpcnb.lint.main, ``python -m hpcnb.lint``) return the code instead of exiting."""
+    from hpcnb import lint
 
     assert cli.main(["slurm", "reset", "--profile"]) == 2
-    assert admin.main(["reset", "--profile"]) == 2
-    assert names.main(["extra"]) == 2
+    assert cli.main(["check-names", "extra"]) == 2
+    assert lint.main(["--profile"]) == 2
     err = capsys.readouterr().err
-    assert err.count("hpcnb slurm reset: error: argument --profile: expected one argument") == 2
+    assert "usage: hpcnb slurm reset " in err
+    assert "hpcnb slurm reset: error: argument --profile: expected one argument" in err
     assert "hpcnb check-names: error: unrecognized arguments: extra" in err
+    assert "hpcnb lint: error: argument --profile: expected one argument" in err
 
 
 # ------------------------------------------------------------------------------ hpcnb slurm
@@ -217,9 +222,10 @@ def test_slurm_failures_are_exit_1(tmp_path):
     not_running = hpcnb_cmd("slurm", "preempt", "99999", state=state)
     assert (not_running.returncode, not_running.stderr) == (1, "hpcnb: job 99999 is not running\n")
     bad_node = hpcnb_cmd("slurm", "slow-node", "node9", "2", state=state)
-    assert bad_node.returncode == 1 and "need a node of node1, node2" in bad_node.stderr
-    bad_factor = hpcnb_cmd("slurm", "slow-node", "node2", "fast", state=state)
-    assert bad_factor.returncode == 1 and "a factor from 1 to 20" in bad_factor.stderr
+    assert (bad_node.returncode, bad_node.stdout) == (1, "")
+    assert bad_node.stderr == "hpcnb slurm slow-node: error: no node 'node9': the nodes are node1, node2\n"
+    slowed = hpcnb_cmd("slurm", "slow-node", "node2", "2.5", state=state)
+    assert (slowed.returncode, slowed.stdout) == (0, "srun tasks on node2 now run 2.5x slower\n"), slowed.stderr
     slowed = hpcnb_cmd("slurm", "slow-node", "node2", "1", state=state)
     assert (slowed.returncode, slowed.stdout) == (0, "node2 runs at full speed\n")
 
@@ -244,13 +250,16 @@ def _installed(folder: Path) -> dict:
 
 @pytest.mark.parametrize("flags", [["--sys-prefix"], []], ids=["--sys-prefix", "default"])
 def test_kernel_install_sys_prefix(flags, tmp_path, monkeypatch, capsys):
+    """--sys-prefix (the default) installs into sys.prefix: a temporary one here, not the real venv."""
     pytest.importorskip("jupyter_client")
     prefix = tmp_path / "env"
     monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user"))  # where --user would go
     assert cli.main(["kernel", "install", *flags]) == 0
     folder = prefix / "share" / "jupyter" / "kernels" / "hpcnb"
     assert capsys.readouterr().out.strip() == str(folder)
     _installed(folder)
+    assert not (tmp_path / "user").exists(), "--sys-prefix ignored: the kernel went to the user's folder"
 
 
 def test_kernel_install_prefix_and_user(tmp_path, monkeypatch, capsys):

@@ -350,30 +350,20 @@ def preempt(job_id: int) -> int:
     return 0
 
 
-def slow_node(node: str, factor_text: str) -> int:
-    """Make srun tasks on one virtual node run ``factor`` times slower (1 = normal), for straggler lessons."""
+def slow_node(node: str, factor: float) -> int:
+    """Make srun tasks on one virtual node run ``factor`` (1-20, checked by the parser) times slower
+    (1 = normal), for straggler lessons; 1 if there is no such node."""
     from .commands.common import open_cluster
 
     conn, cluster = open_cluster()
-    try:
-        factor = float(factor_text)
-    except ValueError:
-        factor = 0.0
-    if node not in cluster.nodes or not 1 <= factor <= 20:
-        print(f"hpcnb slurm slow-node: need a node of {', '.join(cluster.nodes)} and a factor from 1 to 20",
+    if node not in cluster.nodes:
+        print(f"hpcnb slurm slow-node: error: no node {node!r}: the nodes are {', '.join(cluster.nodes)}",
               file=sys.stderr)
         return 1
     with db.transaction(conn):
         db.set_meta(conn, f"slow:{node}", str(factor))
     print(f"srun tasks on {node} now run {factor:g}x slower" if factor > 1 else f"{node} runs at full speed")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``hpcnb slurm ARGS``: parsed by :mod:`hpcnb.cli` (the command's one grammar), which calls :func:`run`."""
-    from hpcnb.cli import main as cli
-
-    return cli(["slurm", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _version_line(conn) -> str:
@@ -390,53 +380,41 @@ def _version_line(conn) -> str:
         return f"slurm version: unusable: {err}"
 
 
-def run(verb: str, *, profile: str | None = None, slurm_version: str | None = None, job_id: int | None = None,
-        node: str | None = None, factor: str | None = None) -> int:
-    """One ``hpcnb slurm`` verb, its arguments already parsed; 0 done, 1 failed, 2 unknown profile or version.
+def show_status() -> int:
+    """``hpcnb slurm status``: the state folder, profile, Slurm version, controller and job counts."""
+    pid = controller.running_pid()
+    conn = db.connect()
+    counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+    print(f"state: {paths.state_dir()}")
+    print(f"profile: {db.get_meta(conn, 'profile', 'local (not started yet)')}")
+    print(_version_line(conn))
+    print(f"controller: {'running, pid ' + str(pid) if pid else 'stopped (starts on first use)'}")
+    print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
+    return 0
 
-    A damaged state file raises :class:`db.StateError` (``hpcnb.cli`` prints it and exits 1).
-    """
-    if verb == "status":
-        pid = controller.running_pid()
-        conn = db.connect()
-        counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
-        print(f"state: {paths.state_dir()}")
-        print(f"profile: {db.get_meta(conn, 'profile', 'local (not started yet)')}")
-        print(_version_line(conn))
-        print(f"controller: {'running, pid ' + str(pid) if pid else 'stopped (starts on first use)'}")
-        print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
-        return 0
-    if verb == "stop":
-        stop()
-        return 0
-    if verb == "reset":
-        from hpcnb.sites import SLURM_VERSIONS, emulated_version
+
+def reset_command(profile: str | None, slurm_version: str | None) -> int:
+    """``hpcnb slurm reset``: :func:`reset`, after checking both choices (a refused one changes nothing);
+    0 done, 2 an unknown profile or Slurm version."""
+    from hpcnb.sites import SLURM_VERSIONS, emulated_version
+
+    try:
+        emulated = slurm_version and emulated_version(slurm_version)
+    except ValueError as err:
+        print(f"hpcnb slurm reset: error: --slurm-version {slurm_version}: {err} (the local Slurm emulates "
+              f"Slurm {', '.join(SLURM_VERSIONS)})", file=sys.stderr)
+        return 2
+    if profile:
+        from .cluster import load_cluster
 
         try:
-            emulated = slurm_version and emulated_version(slurm_version)
-        except ValueError as err:
-            print(f"hpcnb slurm reset: error: --slurm-version {slurm_version}: {err} (the local Slurm emulates "
-                  f"Slurm {', '.join(SLURM_VERSIONS)})", file=sys.stderr)
+            load_cluster(profile)  # before forgetting anything: an unknown profile changes nothing
+        except ValueError as err:  # hpcnb.sites.ProfileError
+            print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
             return 2
-        if profile:
-            from .cluster import load_cluster
-
-            try:
-                load_cluster(profile)  # before forgetting anything: an unknown profile changes nothing
-            except ValueError as err:  # hpcnb.sites.ProfileError
-                print(f"hpcnb slurm reset: error: {err}", file=sys.stderr)
-                return 2
-        reset(profile, emulated)
-        as_emulated = f", emulated as {emulated}" if emulated != slurm_version else ""
-        chosen = ", ".join(x for x in (profile and f"profile {profile}",
-                                        slurm_version and f"Slurm {slurm_version}{as_emulated}") if x)
-        print("local Slurm reset" + (f" ({chosen})" if chosen else ""))
-        return 0
-    if verb == "recover":
-        print(recover())
-        return 0
-    if verb == "slow-node" and node is not None and factor is not None:
-        return slow_node(node, factor)
-    if verb == "preempt" and job_id is not None:
-        return preempt(job_id)
-    raise ValueError(f"hpcnb slurm: no verb {verb!r} with these arguments")
+    reset(profile, emulated)
+    as_emulated = f", emulated as {emulated}" if emulated != slurm_version else ""
+    chosen = ", ".join(x for x in (profile and f"profile {profile}",
+                                    slurm_version and f"Slurm {slurm_version}{as_emulated}") if x)
+    print("local Slurm reset" + (f" ({chosen})" if chosen else ""))
+    return 0

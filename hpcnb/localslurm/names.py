@@ -72,9 +72,3 @@ def check() -> int:
     print(message, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``hpcnb check-names``: parsed by :mod:`hpcnb.cli`, which calls :func:`check`."""
-    from hpcnb.cli import main as cli
-
-    return cli(["check-names", *(sys.argv[1:] if argv is None else argv)])
