@@ -8,6 +8,7 @@ local Slurm and a real cluster::
     job.wait()                                          # progress bar; returns the final state
     print(job.tail())                                   # last lines of slurm-<id>.out
     job.accounting()                                    # sacct rows: job, .batch, .0 ...
+    print(job.efficiency())                             # seff-like: CPU and memory used vs asked for
 """
 from __future__ import annotations
 
