@@ -8,6 +8,7 @@ local Slurm and a real cluster::
     job.wait()                                          # progress bar; returns the final state
     print(job.tail())                                   # last lines of slurm-<id>.out
     job.accounting()                                    # sacct rows: job, .batch, .0 ...
+    print(job.efficiency())                             # seff-like: CPU and memory used vs asked for
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FINISHED_STATES",
     "AccountingRow",
+    "Efficiency",
     "Job",
     "JobSnapshot",
     "JobFailed",
@@ -41,6 +43,7 @@ __all__ = [
     "SlurmWarning",
     "SubmitError",
     "follow_queue",
+    "format_size",
     "parse_elapsed",
     "parse_size",
     "queue",
@@ -53,6 +56,7 @@ FINISHED_STATES = frozenset({
     "BOOT_FAIL", "DEADLINE",
 })
 ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
+EFFICIENCY_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NCPUS,TotalCPU,ReqMem,MaxRSS"
 COMMAND_TIMEOUT_S = 60.0
 ACCOUNTING_LAG_S = 30.0  # how long a finished job's wait gives a real slurmdbd to record its end
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
@@ -96,12 +100,17 @@ class SlurmWarning(UserWarning):
 
 def parse_elapsed(text: str) -> int | None:
     """Slurm durations to seconds: ``[D-]HH:MM:SS``, ``MM:SS``, ``M:SS.mmm``; None if blank/INVALID."""
-    text = text.strip()
-    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?", text)
+    seconds = _duration(text)
+    return None if seconds is None else int(seconds)
+
+
+def _duration(text: str) -> float | None:
+    """:func:`parse_elapsed` keeping the fraction (sacct's TotalCPU: ``00:01.234``)."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)", text.strip())
     if not match:
         return None
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    days, hours, minutes = (int(g) if g else 0 for g in match.groups()[:3])
+    return ((days * 24 + hours) * 60 + minutes) * 60 + float(match.group(4))
 
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
@@ -113,6 +122,16 @@ def parse_size(text: str) -> int | None:
     if not match:
         return None
     return round(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def format_size(size: int) -> str:
+    """Bytes in sacct's 1024-based units: ``272629760`` -> ``260.0M``, ``1.5G``, ``900.0K``."""
+    value, unit = float(size), ""
+    for unit in ("", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            break
+        value /= 1024
+    return f"{value:.1f}{unit}" if unit else f"{size}"
 
 
 def _base_state(text: str) -> str:
@@ -355,6 +374,98 @@ class AccountingRow:
             ncpus=int(ncpus or 0), start=_stamp(start), end=_stamp(end),
             alloc_tres=dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv), state_text=state,
         )
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """A seff-like summary of one job from sacct: the CPU time and memory it used against what it had.
+
+    ``peak_rss`` is the largest MaxRSS of its steps (the peak of one task; sacct has none while a
+    step runs, nor where the site gathers no accounting); ``req_mem`` is ReqMem, the whole job's
+    request; ``total_cpu`` is TotalCPU (user + system seconds of every step; None where sacct
+    leaves it empty). Sizes are bytes, times seconds.
+    """
+
+    job_id: str
+    state: str
+    exit_code: str  # "0:125": exit status and signal, as sacct prints them
+    elapsed: int | None
+    nnodes: int
+    ncpus: int
+    total_cpu: float | None
+    req_mem: int | None
+    peak_rss: int | None
+
+    @classmethod
+    def from_sacct(cls, text: str) -> Efficiency:
+        """From ``sacct -n -P -o`` :data:`EFFICIENCY_FORMAT` lines of one job: its line, then its steps'."""
+        rows = [line.split("|") for line in text.splitlines() if line.strip()]
+        if not rows:
+            raise JobNotFound("sacct has no such job (not yet recorded, or older than its window)")
+        if any(len(r) != 9 for r in rows):
+            raise SlurmError(f"sacct printed an unexpected line: {next(r for r in rows if len(r) != 9)!r}")
+        jobs = [r for r in rows if "." not in r[0]]
+        if len(jobs) != 1:
+            raise ValueError(f"sacct has {len(jobs)} job lines ({', '.join(r[0] for r in jobs) or 'none'}): "
+                             "a summary is of one job (for an array, one per task: job.array_tasks())")
+        job_id, state, code, elapsed, nnodes, ncpus, total_cpu, req_mem, _ = jobs[0]
+        peaks = [size for r in rows if (size := parse_size(r[8])) is not None]
+        return cls(job_id, _base_state(state), code, parse_elapsed(elapsed), int(nnodes or 0), int(ncpus or 0),
+                   _duration(total_cpu), parse_size(req_mem), max(peaks) if peaks else None)
+
+    @property
+    def req_mem_per_node(self) -> int | None:
+        return None if self.req_mem is None else self.req_mem // max(self.nnodes, 1)
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        """TotalCPU / (Elapsed x NCPUS): 1.0 keeps every allocated CPU busy all the time."""
+        if self.total_cpu is None or not self.elapsed or not self.ncpus:
+            return None
+        return self.total_cpu / (self.elapsed * self.ncpus)
+
+    @property
+    def mem_efficiency(self) -> float | None:
+        """The peak against the request per node; 1.0 or more: it reached its limit."""
+        if self.peak_rss is None or not self.req_mem_per_node:
+            return None
+        return self.peak_rss / self.req_mem_per_node
+
+    @property
+    def hit_memory_limit(self) -> bool:
+        """Did it end for lack of memory (OUT_OF_MEMORY, or a peak at its request)?"""
+        return self.state == "OUT_OF_MEMORY" or (self.mem_efficiency or 0) >= 1.0
+
+    def suggest_mem(self, margin: float = 0.2) -> str:
+        """An sbatch ``--mem`` for a rerun: the peak plus ``margin`` (0.2 = 20 %), in whole MiB (``315M``).
+        Refused for a job stopped at its limit: its peak is then only a lower bound of what it needs."""
+        if margin < 0:
+            raise ValueError(f"suggest_mem(margin={margin}): a margin is 0 or more (0.2 = 20 %)")
+        if self.peak_rss is None:
+            raise ValueError(f"job {self.job_id} has no MaxRSS in sacct (still running, or no accounting)")
+        if self.hit_memory_limit:
+            raise ValueError(f"job {self.job_id} was stopped at its memory limit: its peak says only that it "
+                             "needed more. Run it once with a generous --mem, then size from that run's peak")
+        return f"{-(-int(self.peak_rss * (1 + margin)) // 1024**2)}M"
+
+    def __str__(self) -> str:
+        cpu, mem = self.cpu_efficiency, self.mem_efficiency
+        used = "not recorded (sacct's TotalCPU is empty)" if self.total_cpu is None else f"{self.total_cpu:.2f} s"
+        lines = [
+            f"Job ID: {self.job_id}",
+            f"State: {self.state} (exit code {self.exit_code})",
+            f"Nodes: {self.nnodes}, cores: {self.ncpus}, elapsed: "
+            + ("unknown" if self.elapsed is None else format_slurm_time(self.elapsed)),
+            f"CPU utilized: {used}",
+            "CPU efficiency: " + ("n/a" if cpu is None else
+                                  f"{cpu:.1%} of {(self.elapsed or 0) * self.ncpus} s core-walltime"),
+            "Memory utilized (peak): " + ("not recorded" if self.peak_rss is None else format_size(self.peak_rss)),
+            "Memory efficiency: " + ("n/a" if mem is None else
+                                     f"{mem:.1%} of {format_size(self.req_mem_per_node or 0)} per node"),
+        ]
+        if self.hit_memory_limit:
+            lines.append("  (stopped at its memory limit: it needed more than it asked for)")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -716,6 +827,11 @@ class Job:
         if not steps:
             argv.insert(1, "-X")
         return [AccountingRow.parse(line) for line in _checked(argv).splitlines() if line.strip()]
+
+    def efficiency(self) -> Efficiency:
+        """A seff-like summary from sacct (:class:`Efficiency`): CPU and memory used against the
+        request, ``print()``-able, with :meth:`Efficiency.suggest_mem` for a rerun's ``--mem``."""
+        return Efficiency.from_sacct(_checked(["sacct", "-n", "-P", "-j", self.id, "--format", EFFICIENCY_FORMAT]))
 
     def wait_accounted(self, timeout: float = 60.0) -> str:
         """Block until sacct has the finished job's end, and return its state. A real slurmdbd may

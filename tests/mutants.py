@@ -72,6 +72,8 @@ MUTANTS: list[Mutant] = [
            shows="with a dependency: Slurm, not the notebook, holds it back"),
     Mutant("03", "ex3-solution", "bare-seconds", "writes 45 seconds as '45', which Slurm reads as minutes",
            (('"45 seconds": "00:45"', '"45 seconds": "45"'),), shows='parse_time_limit(limits["45 seconds"]) == 45'),
+    Mutant("03", "ex4-solution", "keeps-roomy", "asks again for the roomy 800M, not the measured peak plus 25 %",
+           (('right_mem = f"{math.ceil(peak * 1.25 / 2**20)}M"', 'right_mem = "800M"'),), shows="plus 25 %"),
     # ------------------------------------------------------- 04 interactive salloc/srun
     Mutant("04", "ex1-solution", "two-tasks", "asks for one task per node: two tasks, not four",
            (("--ntasks-per-node=2", "--ntasks=2"),), shows="expected four node names"),

@@ -11,21 +11,26 @@ import pytest
 from hpcnb.jobs import (
     FINISHED_STATES,
     AccountingRow,
+    Efficiency,
     Job,
     JobFailed,
     JobNotFound,
     JobSnapshot,
     QueueRow,
+    SlurmError,
     SubmitError,
+    _duration,
     _expand_ids,
     _summarize,
     _tasks_of,
+    format_size,
     parse_elapsed,
     parse_size,
     queue,
     submit,
 )
 from hpcnb.jobscript import JobScript
+from hpcnb.localslurm.formats import cpu_time
 
 WAIT = 60  # seconds; a test that needs this long has failed anyway
 
@@ -52,6 +57,91 @@ def test_parse_elapsed(text: str, seconds: int | None) -> None:
 ])
 def test_parse_size(text: str, size: int | None) -> None:
     assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("00:00.412", 0.412), ("01:02.5", 62.5), ("00:00:00", 0), ("01:02:03", 3723), ("1-00:00:01", 86401), ("", None),
+])
+def test_cpu_times_keep_their_fraction(text: str, seconds: float | None) -> None:
+    assert _duration(text) == seconds
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0.412, "00:00.412"), (62.5, "01:02.500"), (0, "00:00:00"), (59, "00:00:59"), (3723.4, "01:02:03"),
+    (90061, "1-01:01:01"), (None, ""),
+])
+def test_local_total_cpu_is_printed_as_sacct_does(seconds: float | None, text: str) -> None:
+    assert cpu_time(seconds) == text
+    assert _duration(text) == (None if seconds is None else round(seconds) if seconds >= 3600 else seconds)
+
+
+@pytest.mark.parametrize("size, text", [
+    (0, "0"), (1023, "1023"), (2048, "2.0K"), (269312 * 1024, "263.0M"), (3 * 1024**3 // 2, "1.5G"),
+])
+def test_format_size_uses_sacct_units(size: int, text: str) -> None:
+    assert format_size(size) == text
+
+
+OOM_LINES = """\
+17|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120|100M|
+17.batch|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120||269312K
+"""
+ROOMY_LINES = """\
+18|COMPLETED|0:0|00:00:05|1|2|00:01.000|1.50G|
+18.batch|COMPLETED|0:0|00:00:05|1|2|00:00.400||900M
+18.0|COMPLETED|0:0|00:00:04|1|2|00:00.600||1.25G
+"""
+
+
+def test_efficiency_from_sacct_lines_with_their_units_and_empty_fields() -> None:
+    oom = Efficiency.from_sacct(OOM_LINES)
+    assert (oom.job_id, oom.state, oom.exit_code, oom.elapsed, oom.ncpus) == ("17", "OUT_OF_MEMORY", "0:125", 2, 1)
+    assert oom.req_mem == 100 * 1024**2 and oom.peak_rss == 269312 * 1024  # the job line's empty MaxRSS is skipped
+    assert oom.mem_efficiency == pytest.approx(2.63) and oom.hit_memory_limit
+    assert oom.cpu_efficiency == pytest.approx(0.06)
+    roomy = Efficiency.from_sacct(ROOMY_LINES)
+    assert roomy.peak_rss == 1.25 * 1024**3 and roomy.req_mem == 1.5 * 1024**3  # G and M, as sacct prints them
+    assert roomy.mem_efficiency == pytest.approx(1.25 / 1.5) and not roomy.hit_memory_limit
+    assert roomy.total_cpu == 1.0 and roomy.cpu_efficiency == pytest.approx(1.0 / (5 * 2))
+    assert roomy.suggest_mem() == "1536M"  # 1.25G x 1.2, in whole MiB
+    assert roomy.suggest_mem(margin=0) == "1280M"
+    # CANCELLED by <uid>, no TotalCPU, no MaxRSS (never ran): everything unknown says so
+    never = Efficiency.from_sacct("19|CANCELLED by 1000|0:0|00:00:00|1|1||500M|\n")
+    assert never.state == "CANCELLED" and never.total_cpu is None and never.peak_rss is None
+    assert never.cpu_efficiency is None and never.mem_efficiency is None and not never.hit_memory_limit
+    assert "CPU efficiency: n/a" in str(never) and "Memory utilized (peak): not recorded" in str(never)
+    with pytest.raises(ValueError, match="no MaxRSS"):
+        never.suggest_mem()
+
+
+def test_efficiency_text_is_seff_like() -> None:
+    text = str(Efficiency.from_sacct(ROOMY_LINES))
+    assert text.splitlines() == [
+        "Job ID: 18", "State: COMPLETED (exit code 0:0)", "Nodes: 1, cores: 2, elapsed: 00:00:05",
+        "CPU utilized: 1.00 s", "CPU efficiency: 10.0% of 10 s core-walltime",
+        "Memory utilized (peak): 1.2G", "Memory efficiency: 83.3% of 1.5G per node",
+    ]
+    oom = str(Efficiency.from_sacct(OOM_LINES))
+    assert "Memory efficiency: 263.0% of 100.0M per node" in oom and "stopped at its memory limit" in oom
+
+
+def test_efficiency_refuses_what_it_cannot_summarise() -> None:
+    oom = Efficiency.from_sacct(OOM_LINES)
+    with pytest.raises(ValueError, match="stopped at its memory limit.*generous --mem"):
+        oom.suggest_mem()
+    # killed without cgroups (FAILED 0:9): the peak at the request tells the same
+    killed = Efficiency.from_sacct(OOM_LINES.replace("OUT_OF_MEMORY|0:125", "FAILED|0:9"))
+    assert killed.hit_memory_limit
+    with pytest.raises(ValueError, match="memory limit"):
+        killed.suggest_mem()
+    with pytest.raises(ValueError, match="margin"):
+        Efficiency.from_sacct(ROOMY_LINES).suggest_mem(margin=-0.1)
+    with pytest.raises(ValueError, match="2 job lines.*array_tasks"):
+        Efficiency.from_sacct("7_1|COMPLETED|0:0|00:00:01|1|1||500M|\n7_2|COMPLETED|0:0|00:00:01|1|1||500M|\n")
+    with pytest.raises(JobNotFound):
+        Efficiency.from_sacct("")
+    with pytest.raises(SlurmError, match="unexpected line"):
+        Efficiency.from_sacct("17|COMPLETED|0:0\n")
 
 
 def test_accounting_row_keeps_a_pipe_in_the_job_name() -> None:
@@ -258,6 +348,32 @@ def test_time_limit_overrun_is_timeout(workdir: Path) -> None:
     assert job.wait(timeout=WAIT, quiet=True) == "TIMEOUT"
     assert job.elapsed is not None and 2 <= job.elapsed <= 6
     assert job.accounting(steps=False)[0].state == "TIMEOUT"
+
+
+HOG = "python3 -c \"import time; x = bytearray({mib} << 20); time.sleep({hold})\""
+
+
+def test_memory_overrun_then_right_sized_rerun(workdir: Path) -> None:
+    """Over --mem: OUT_OF_MEMORY in the summary; a roomy run's peak plus a margin then fits."""
+    hog = submit(wrap=HOG.format(mib=150, hold=5), mem="50M", time="1:00")
+    assert hog.wait(timeout=WAIT, quiet=True) == "OUT_OF_MEMORY"
+    oom = hog.efficiency()
+    assert (oom.state, oom.exit_code, oom.req_mem) == ("OUT_OF_MEMORY", "0:125", 50 * 1024**2)
+    assert oom.peak_rss and oom.peak_rss > oom.req_mem and oom.hit_memory_limit
+    assert "exceeded memory limit" in hog.tail()
+    with pytest.raises(ValueError, match="memory limit"):
+        oom.suggest_mem()
+    roomy = submit(wrap=HOG.format(mib=100, hold=1.5), mem="400M", time="1:00")
+    assert roomy.wait(timeout=WAIT, quiet=True) == "COMPLETED"
+    used = roomy.efficiency()
+    assert used.peak_rss and 100 * 1024**2 < used.peak_rss < 400 * 1024**2
+    assert used.total_cpu is not None and 0 < used.total_cpu < used.elapsed  # TotalCPU: the job's processes
+    assert used.cpu_efficiency is not None and 0 < used.cpu_efficiency < 1 and not used.hit_memory_limit
+    mem = used.suggest_mem(margin=0.2)
+    assert parse_size(mem) >= 1.2 * used.peak_rss
+    snug = submit(wrap=HOG.format(mib=100, hold=1.5), mem=mem, time="1:00")
+    assert snug.wait(timeout=WAIT, quiet=True) == "COMPLETED"
+    assert snug.efficiency().mem_efficiency > used.mem_efficiency
 
 
 def test_wait_timeout_leaves_the_job_running(workdir: Path) -> None:

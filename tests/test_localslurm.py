@@ -241,3 +241,33 @@ def test_test_only_queues_nothing(workdir: Path) -> None:
 def test_bad_requests_answer_like_slurm(args, message, code, workdir: Path) -> None:
     done = run(["sbatch", *args, "--wrap", "true"])
     assert (done.returncode, done.stderr, done.stdout) == (code, message, "")
+
+
+def test_a_state_file_from_before_total_cpu_gains_the_column(tmp_path: Path) -> None:
+    """A state file an older hpcnb made (jobs without total_cpu) is upgraded on opening."""
+    import sqlite3
+
+    from hpcnb.localslurm import db
+
+    path = tmp_path / "slurm.db"
+    db.connect(path).close()
+    old = sqlite3.connect(path)
+    old.execute("ALTER TABLE jobs DROP COLUMN total_cpu")
+    old.commit()
+    old.close()
+    conn = db.connect(path)
+    assert "total_cpu" in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
+    conn.close()
+    db.connect(path).close()  # and again: nothing left to add
+
+
+def test_sacct_total_cpu_counts_the_jobs_processes(workdir: Path) -> None:
+    """TotalCPU on the job's line: the CPU time of everything the script ran (here ~0.3 s of a busy loop)."""
+    done = run(["sbatch", "--wait", "--parsable", "--wrap",
+                "python3 -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass'"])
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip()
+    rows = run(["sacct", "-n", "-P", "-j", job, "-o", "JobID,TotalCPU"]).stdout.split()
+    total = rows[0].split("|")[1]
+    assert re.fullmatch(r"00:0\d\.\d{3}", total), rows
+    assert 0.3 <= float(total.split(":")[1]) < 5, rows

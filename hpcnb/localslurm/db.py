@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER NOT NULL DEFAULT 0, exit_signal INTEGER NOT NULL DEFAULT 0,
     restart_count INTEGER NOT NULL DEFAULT 0,
     supervisor_pid INTEGER, supervisor_ctime REAL, batch_pid INTEGER,
-    control TEXT, max_rss INTEGER
+    control TEXT, max_rss INTEGER, total_cpu REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);
@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS steps (
 """
 
 _SCHEMA_NAMES = re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", SCHEMA)
+#: columns added since a table was first made: a state file from an older version gets them on opening
+_ADDED_COLUMNS = {"jobs": {"total_cpu": "REAL"}}
 
 PENDING_STATES = ("PENDING",)
 ACTIVE_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")
@@ -100,6 +102,19 @@ def state_error(err: BaseException, path: Path | None = None) -> StateError:
     return _damaged(path, err)
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Give a state file from an older version the columns added since (:data:`_ADDED_COLUMNS`)."""
+    for table, columns in _ADDED_COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns.items():
+            if name not in have:
+                try:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as err:
+                    if "duplicate column" not in str(err):  # another command added it just now
+                        raise
+
+
 def connect(path: Path | None = None) -> sqlite3.Connection:
     """Open the state database, creating it (private, 0600) on first use.
 
@@ -130,6 +145,7 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         if not set(_SCHEMA_NAMES) <= names:
             conn.executescript(SCHEMA)  # a state file from an older version: add what is new
+        _add_columns(conn)
         row = conn.execute("SELECT value FROM meta WHERE key='state_id'").fetchone()
         if row is None and recorded:
             raise _damaged(path, f"its identity is missing (expected {recorded})")

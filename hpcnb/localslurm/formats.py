@@ -41,6 +41,17 @@ def elapsed(seconds: float | None) -> str:
     return f"{days}-{text}" if days else text
 
 
+def cpu_time(seconds: float | None) -> str:
+    """sacct's TotalCPU: ``MM:SS.mmm`` under an hour, else ``HH:MM:SS``, ``D-HH:MM:SS``; "" if unknown."""
+    if seconds is None:
+        return ""
+    whole, millis = divmod(int(round(seconds * 1000)), 1000)
+    if whole >= 3600:
+        return elapsed(whole)
+    minutes, sec = divmod(whole, 60)
+    return f"{minutes:02d}:{sec:02d}.{millis:03d}" if millis else f"00:{minutes:02d}:{sec:02d}"
+
+
 def stamp(epoch: float | None, missing: str = "Unknown") -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else missing
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import sqlite3
@@ -266,9 +267,10 @@ class Supervisor:
                 self.conn.execute("DELETE FROM steps WHERE job_id=?", (job["id"],))
             elif current and current["state"] == "RUNNING":
                 self.conn.execute(
-                    "UPDATE jobs SET state=?, reason=?, end_time=?, exit_code=?, exit_signal=?, max_rss=?, control=NULL "
-                    "WHERE id=?",
-                    (outcome.state, _reason(outcome), now, outcome.exit_code, outcome.exit_signal, self.max_rss, job["id"]),
+                    "UPDATE jobs SET state=?, reason=?, end_time=?, exit_code=?, exit_signal=?, max_rss=?, total_cpu=?, "
+                    "control=NULL WHERE id=?",
+                    (outcome.state, _reason(outcome), now, outcome.exit_code, outcome.exit_signal, self.max_rss,
+                     _children_cpu() if job["kind"] == "batch" else None, job["id"]),
                 )
 
     def _after(self) -> None:
@@ -417,6 +419,13 @@ def _reason(outcome: Outcome) -> str:
         "COMPLETED": "None", "FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "CANCELLED": "None",
         "OUT_OF_MEMORY": "OutOfMemory", "PREEMPTED": "Preempted",
     }.get(outcome.state, "None")
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every process the job ran: a batch supervisor is a forked
+    subreaper that reaps them all, so its children's usage is the job's (sacct's TotalCPU)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_batch(job_id: int) -> None:

@@ -158,7 +158,7 @@ def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]
         "cluster": cluster.name, "qos": "normal", "qosraw": "1", "comment": req["comment"] or "",
         "constraints": req.get("constraint") or "", "suspended": "00:00:00",
         "flags": "SchedMain,StartRecieved" if started else "",
-        "maxrss": "", "restarts": str(job["restart_count"]),
+        "maxrss": "", "restarts": str(job["restart_count"]), "totalcpu": formats.cpu_time(job.get("total_cpu")),
     }
 
 
