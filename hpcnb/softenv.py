@@ -24,10 +24,11 @@ __all__ = ["CACHE_VARIABLES", "build_wheel", "modulefile", "write_course_modules
 
 #: What the ``pytorch`` module points off ``$HOME`` (each a folder below the cache root), and who writes there.
 CACHE_VARIABLES: dict[str, str] = {
-    "XDG_CACHE_HOME": "xdg",        # ~/.cache: many tools (Triton, torch.compile's kernels, matplotlib)
+    "XDG_CACHE_HOME": "xdg",        # ~/.cache: the default of many tools (matplotlib, ...)
     "PIP_CACHE_DIR": "pip",         # ~/.cache/pip: every wheel pip downloads
     "TORCH_HOME": "torch",          # ~/.cache/torch: torch.hub and pretrained weights
     "HF_HOME": "huggingface",       # ~/.cache/huggingface: Hugging Face models and datasets
+    "TRITON_CACHE_DIR": "triton",   # ~/.triton/cache: GPU kernels Triton compiles (torch.compile)
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")   # a module, package or version word
