@@ -2,7 +2,8 @@
 
 Helpers that belong to one topic live with that topic and name their lesson in the docstring
 (``hpcnb.checkpoint.preempt``: lesson 12; ``hpcnb.stragglers.slowed_node``: lesson 13;
-``hpcnb.scaling.shared_cores``: lesson 11). This room holds what every notebook needs:
+``hpcnb.scaling.shared_cores``: lesson 11; ``hpcnb.softenv.write_course_modules``: lesson 3b). This room
+holds what every notebook needs:
 
 * :func:`setup` — the first cell of every lesson and exercise notebook;
 * :func:`work_folder` — the folder a lesson's files and jobs work in.
