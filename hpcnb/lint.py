@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpcnb.jobscript import Directive, ParsedScript, parse_script
 from hpcnb.sites import SLURM_VERSIONS, emulated_version, parse_slurm_version
-from hpcnb.slurm_options import OptionError, match_long, parse_args, parse_slurm_time, suggest
+from hpcnb.slurm.options import OptionError, match_long, parse_args, suggest
+from hpcnb.slurm.times import TIME_FORMATS, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcnb.sites import Profile
@@ -61,7 +62,7 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
-#: sbatch options added or dropped since Slurm 22.05 (whose option table :mod:`hpcnb.slurm_options`
+#: sbatch options added or dropped since Slurm 22.05 (whose option table :mod:`hpcnb.slurm.options`
 #: holds): long name -> (first release that has it, first release without it), read from
 #: src/common/slurm_opt.c of each release.
 OPTION_RELEASES: dict[str, tuple[str | None, str | None]] = {
@@ -478,12 +479,12 @@ def _check_time(parsed: ParsedScript) -> tuple[list[Finding], int | None, bool]:
         return [_f(_anchor(parsed), "SL108", "no --time: the job gets the partition's default limit",
                    "add e.g. #SBATCH --time=01:00:00; a realistic limit also starts sooner")], None, False
     try:
-        return [], parse_slurm_time(d.value or ""), True
+        return [], parse_time(d.value or ""), True
     except ValueError:
         pasted = _pasted_characters(d.value or "")
         why = f" (it holds {pasted}, pasted from a web page)" if pasted else ""
         return [_f(d.lineno, "SL109", f"sbatch: error: Invalid --time specification ('{d.value}'){why}",
-                   "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS" + (
+                   f"use {TIME_FORMATS}" + (
                        f"; retype it without {pasted}" if pasted else ""))], None, True
 
 
@@ -656,7 +657,7 @@ def _check_profile(parsed: ParsedScript, text: str, profile: Any, limit: int | N
     elif d is None:
         part = next((p for p in profile.partitions if p.default), None)
     if part is not None and timed and limit is not None:
-        max_s = parse_slurm_time(part.max_time)
+        max_s = parse_time(part.max_time)
         if max_s is not None and limit > max_s:
             t = _last(parsed, "time")
             out.append(_f(t.lineno if t else 1, "SL302",

@@ -1,0 +1,7 @@
+"""Slurm's language, written once: option table and parser (:mod:`.options`), time specs and
+durations (:mod:`.times`), sizes (:mod:`.sizes`) and job states (:mod:`.states`).
+
+Everything that reads or writes what Slurm's commands take or print imports it from here: the job
+API, the linter, site profiles and the local Slurm behind Slurm's commands. It imports nothing else
+of hpcnb.
+"""
