@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcnb.jobscript import Directive, ParsedScript, parse_script
 from hpcnb.sites import SLURM_VERSIONS, emulated_version, parse_slurm_version
+from hpcnb.slurm.gpus import parse_gpus
 from hpcnb.slurm.options import OptionError, match_long, parse_args, suggest
 from hpcnb.slurm.times import TIME_FORMATS, parse_time
 
@@ -104,11 +105,6 @@ def _int(value: str | None) -> int | None:
         return None
     m = re.match(r"\s*([0-9]+)", value)
     return int(m.group(1)) if m else None
-
-
-def _is_count(text: str) -> bool:
-    """ASCII digits only, as Slurm's strtol reads them ("²".isdigit() is True, int("²") fails)."""
-    return text.isascii() and text.isdigit()
 
 
 def _anchor(parsed: ParsedScript) -> int:
@@ -589,27 +585,27 @@ _HOME_RULES: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
+def _gpu_request(value: str | None, option: str) -> tuple[int, str | None] | None:
+    """(count, type) of a GPU option's value as Slurm reads it; None when it is no GPU request."""
+    try:
+        return parse_gpus(value, option) if value else None
+    except ValueError:
+        return None
+
+
 def _gpus_per_node(parsed: ParsedScript) -> tuple[int, int, str | None] | None:
     """(GPUs per node requested, line, GPU type) from --gpus-per-node, --gres, --gpus."""
     nodes = _int(_last(parsed, "nodes").value) if _last(parsed, "nodes") else None
     d = _last(parsed, "gpus-per-node")
-    if d and d.value:
-        typ, _, count = d.value.rpartition(":")
-        if _is_count(count):
-            return int(count), d.lineno, typ or None
+    if d and (req := _gpu_request(d.value, "--gpus-per-node")):
+        return req[0], d.lineno, req[1]
     d = _last(parsed, "gres")
-    if d and d.value:
-        for item in d.value.split(","):
-            parts = item.split(":")
-            if parts[0] == "gpu":
-                count = parts[-1] if len(parts) > 1 and _is_count(parts[-1]) else "1"
-                typ = parts[1] if len(parts) == 3 else None
-                return int(count), d.lineno, typ
+    for item in (d.value or "").split(",") if d else ():
+        if req := _gpu_request(item, "--gres"):
+            return req[0], d.lineno, req[1]
     d = _last(parsed, "gpus")
-    if d and d.value:
-        typ, _, count = d.value.rpartition(":")
-        if _is_count(count):
-            return math.ceil(int(count) / max(nodes or 1, 1)), d.lineno, typ or None
+    if d and (req := _gpu_request(d.value, "--gpus")):
+        return math.ceil(req[0] / max(nodes or 1, 1)), d.lineno, req[1]
     return None
 
 

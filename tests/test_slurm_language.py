@@ -1,4 +1,4 @@
-"""hpcnb.slurm: Slurm's time specs, sizes and job states, written once.
+"""hpcnb.slurm: Slurm's time specs, sizes, job states and GPU requests, written once.
 
 Accepted times and their values are what the real ``sbatch --time=...`` 22.05 takes (``sbatch -v``
 shows the limit); printed forms follow Slurm's ``secs2time_str``, squeue's ``_print_secs``, sacct's
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcnb import jobs, sites, slurm_options
-from hpcnb.slurm import sizes, states, times
+from hpcnb.slurm import gpus, sizes, states, times
 from hpcnb.slurm.sizes import SizeError, format_size, parse_bytes, parse_mem, parse_printed_size
 from hpcnb.slurm.times import (
     TimeSpecError,
@@ -176,3 +176,22 @@ def test_old_names() -> None:
     assert sites.parse_time_limit("1:90") == 150 and sites.parse_time_limit("INFINITE") is None
     assert jobs.parse_elapsed("1-00:00:02") == 86402 and jobs.parse_size("15464K") == 15464 * 1024
     assert jobs.FINISHED_STATES is states.FINAL
+
+
+# ------------------------------------------------------------------------------------- GPUs
+
+@pytest.mark.parametrize("value, option, wanted", [
+    ("gpu", "--gres", (1, None)), ("gpu:2", "--gres", (2, None)), ("gpu:a100:2", "--gres", (2, "a100")),
+    ("2", "--gpus-per-node", (2, None)), ("a100:4", "--gpus-per-node", (4, "a100")), ("-1", "--gpus", (1, None)),
+])
+def test_gpu_requests(value: str, option: str, wanted: tuple[int, str | None]) -> None:
+    assert gpus.parse_gpus(value, option) == wanted
+
+
+@pytest.mark.parametrize("value, option, error", [
+    ("mps:2", "--gres", gpus.NotAGpu), ("gpu:a100", "--gres", ValueError), ("gpu:a:b:1", "--gres", ValueError),
+    ("many", "--gpus-per-node", ValueError), ("a:b:1", "--gpus", ValueError),
+])
+def test_bad_gpu_requests(value: str, option: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        gpus.parse_gpus(value, option)

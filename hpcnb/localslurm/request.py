@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcnb.slurm import gpus
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
 from hpcnb.slurm.times import TimeSpecError, parse_time
@@ -134,19 +135,13 @@ def parse_nodes(value: str) -> tuple[int | None, int | None]:
 
 
 def parse_gpus(value: str, option: str) -> tuple[int, str | None]:
-    """``--gres=gpu[:type]:N`` or ``--gpus-per-node=[type:]N``."""
-    parts = value.split(":")
-    if option == "--gres":
-        if parts[0] != "gpu":
-            raise UsageError("Invalid generic resource (gres) specification")
-        parts = parts[1:] or ["1"]
+    """``--gres=gpu[:type]:N`` or ``--gpus-per-node=[type:]N`` (:func:`hpcnb.slurm.gpus.parse_gpus`)."""
     try:
-        count = int(parts[-1])
+        return gpus.parse_gpus(value, option)
+    except gpus.NotAGpu:
+        raise UsageError("Invalid generic resource (gres) specification") from None
     except ValueError:  # Slurm 22.05's controller refuses the job (captured)
         raise SubmitError("Requested node configuration is not available") from None
-    if len(parts) > 2:
-        raise SubmitError("Requested node configuration is not available")
-    return max(count, 1) if count < 0 else count, parts[0] if len(parts) == 2 else None
 
 
 def parse_signal(value: str) -> list[Any]:
