@@ -43,6 +43,7 @@ from typing import Any
 
 from hpcnb import sandbox
 from hpcnb.sandbox import Limits, SandboxError
+from hpcnb.slurm import sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 # The course checkout's folders (an editable install); from a plain install: the current folder's.
@@ -832,11 +833,9 @@ def _limit(text: str) -> tuple[str, int]:
     names = [f.name for f in fields(Limits)]
     if name not in names or not value:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(names)}: {text!r}")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1].upper(), 1)
-    number = value[:-1] if scale > 1 else value
-    if not number.isdigit():
+    if not re.fullmatch(r"\d+[KMGkmg]?", value):
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return name, int(number) * scale
+    return name, sizes.parse_bytes(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcnb import poller
-from hpcnb.slurm_options import check_text, format_slurm_time, suggest
+from hpcnb.slurm.options import check_text, keyword_option, suggest
+from hpcnb.slurm.sizes import format_rounded_size, parse_printed_size
+from hpcnb.slurm.states import FINAL, base_state as _base_state
+from hpcnb.slurm.times import format_elapsed, format_limit, parse_printed, parse_printed_seconds
 
 if TYPE_CHECKING:
     from hpcnb.jobscript import JobScript
@@ -51,16 +54,12 @@ __all__ = [
 ]
 
 #: Slurm's terminal job states (``CANCELLED by 1000`` counts as CANCELLED).
-FINISHED_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE",
-})
+FINISHED_STATES = FINAL
 ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
 EFFICIENCY_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NCPUS,TotalCPU,ReqMem,MaxRSS"
 COMMAND_TIMEOUT_S = 60.0
 ACCOUNTING_LAG_S = 30.0  # how long a finished job's wait gives a real slurmdbd to record its end
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
-_OPTION_ALIASES = {"name": "job-name"}  # as in hpcnb.jobscript.JobScript
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -98,45 +97,11 @@ class SlurmWarning(UserWarning):
 
 # ------------------------------------------------------------------------------ parsing
 
-def parse_elapsed(text: str) -> int | None:
-    """Slurm durations to seconds: ``[D-]HH:MM:SS``, ``MM:SS``, ``M:SS.mmm``; None if blank/INVALID."""
-    seconds = _duration(text)
-    return None if seconds is None else int(seconds)
-
-
-def _duration(text: str) -> float | None:
-    """:func:`parse_elapsed` keeping the fraction (sacct's TotalCPU: ``00:01.234``)."""
-    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)", text.strip())
-    if not match:
-        return None
-    days, hours, minutes = (int(g) if g else 0 for g in match.groups()[:3])
-    return ((days * 24 + hours) * 60 + minutes) * 60 + float(match.group(4))
-
-
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
-
-
-def parse_size(text: str) -> int | None:
-    """sacct sizes to bytes (``15464K`` -> 15835136, ``1.50M``, ``0``); None if blank."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", text.strip().upper())
-    if not match:
-        return None
-    return round(float(match.group(1)) * _UNITS[match.group(2)])
-
-
-def format_size(size: int) -> str:
-    """Bytes in sacct's 1024-based units: ``272629760`` -> ``260.0M``, ``1.5G``, ``900.0K``."""
-    value, unit = float(size), ""
-    for unit in ("", "K", "M", "G", "T"):
-        if value < 1024 or unit == "T":
-            break
-        value /= 1024
-    return f"{value:.1f}{unit}" if unit else f"{size}"
-
-
-def _base_state(text: str) -> str:
-    """``CANCELLED by 1000`` -> ``CANCELLED``; ``COMPLETED`` stays."""
-    return text.strip().split(" ")[0].rstrip("+")
+#: Public names of the parsers of what Slurm's commands print (:mod:`hpcnb.slurm`).
+parse_elapsed = parse_printed
+parse_size = parse_printed_size
+format_size = format_rounded_size
+_duration = parse_printed_seconds
 
 
 def _stamp(text: str) -> datetime | None:
@@ -175,11 +140,6 @@ def _summarize(states: Iterable[str]) -> str:
     if active:
         return next((s for s in _ACTIVE_FIRST if s in active), active[0])
     return next((s for s in states if s != "COMPLETED"), "COMPLETED")
-
-
-def _time_limit(text: str) -> int | None:
-    """squeue's %l / sacct's Timelimit in seconds; None for UNLIMITED, Partition_Limit, blank."""
-    return parse_elapsed(text) if text.strip() not in ("", "UNLIMITED", "INVALID", "Partition_Limit") else None
 
 
 # ------------------------------------------------------------------------ running commands
@@ -234,7 +194,7 @@ def _option_args(options: Mapping[str, Any]) -> list[str]:
         if len(key) == 1:
             out += [f"-{key}"] if value is True else [f"-{key}", text]
             continue
-        flag = "--" + _OPTION_ALIASES.get(key, key).replace("_", "-")
+        flag = "--" + keyword_option(key)
         out.append(flag if value is True else f"{flag}={text}")
     return out
 
@@ -242,7 +202,7 @@ def _option_args(options: Mapping[str, Any]) -> list[str]:
 def _option_value(key: str, value: Any) -> str:
     """The option's text (timedelta -> Slurm time, lists comma-joined), refused if it holds a control character."""
     if isinstance(value, timedelta):
-        value = format_slurm_time(int(value.total_seconds()))
+        value = format_limit(int(value.total_seconds()))
     elif isinstance(value, (list, tuple, set, frozenset)):
         value = ",".join(str(v) for v in value)
     return check_text(value, f"submit({key}=...)", where="an sbatch option")
@@ -254,7 +214,7 @@ def _hint(stderr: str, options: Mapping[str, Any]) -> str:
     if not match:
         return ""
     flag = match.group(1)
-    key = next((k for k in options if _OPTION_ALIASES.get(k, k).replace("_", "-") == flag), None)
+    key = next((k for k in options if keyword_option(k) == flag), None)
     if key is None:
         return ""
     close = suggest(flag, "sbatch")
@@ -455,7 +415,7 @@ class Efficiency:
             f"Job ID: {self.job_id}",
             f"State: {self.state} (exit code {self.exit_code})",
             f"Nodes: {self.nnodes}, cores: {self.ncpus}, elapsed: "
-            + ("unknown" if self.elapsed is None else format_slurm_time(self.elapsed)),
+            + ("unknown" if self.elapsed is None else format_elapsed(self.elapsed)),
             f"CPU utilized: {used}",
             "CPU efficiency: " + ("n/a" if cpu is None else
                                   f"{cpu:.1%} of {(self.elapsed or 0) * self.ncpus} s core-walltime"),
@@ -530,7 +490,7 @@ class JobSnapshot:
         states = {task: row.state for task, row in tasks.items()}
         return cls(
             job_id, _summarize(states.values()), states, max(times) if times else None,
-            _time_limit(rows[-1].time_limit), ",".join(dict.fromkeys(r.nodelist for r in rows if r.nodelist)),
+            parse_printed(rows[-1].time_limit), ",".join(dict.fromkeys(r.nodelist for r in rows if r.nodelist)),
             ",".join(dict.fromkeys(r.reason for r in rows if r.reason not in ("", "None"))),
             codes[0] if len(set(codes)) == 1 else ",".join(codes), rows[-1].name,
         )

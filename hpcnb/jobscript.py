@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcnb.slurm_options import (
+from hpcnb.slurm.options import (
     OPTIONS,
     OptionSpec,
     check_text,
+    keyword_option,
     lookup,
     match_long,
     short_options,
@@ -286,7 +287,7 @@ def parse_script(text: str, prefix: str = "#SBATCH", filename: str | None = None
 def directive_args(parsed: ParsedScript) -> list[str]:
     """The honoured directives as the argv sbatch parses, e.g. ``["--time=10", "-N", "2"]``.
 
-    Feed it to :func:`hpcnb.slurm_options.parse_args` for sbatch's exact
+    Feed it to :func:`hpcnb.slurm.options.parse_args` for sbatch's exact
     errors; a non-option left over is sbatch's
     ``error: Invalid directive found in batch script: <word>``.
     """
@@ -296,25 +297,10 @@ def directive_args(parsed: ParsedScript) -> list[str]:
 # ---------------------------------------------------------------- builder
 
 # Builder keyword -> long option, in render order.
-_FIELDS: dict[str, str] = {
-    "name": "job-name",
-    "time": "time",
-    "nodes": "nodes",
-    "ntasks": "ntasks",
-    "ntasks_per_node": "ntasks-per-node",
-    "cpus_per_task": "cpus-per-task",
-    "gpus_per_node": "gpus-per-node",
-    "gres": "gres",
-    "mem": "mem",
-    "partition": "partition",
-    "output": "output",
-    "error": "error",
-    "account": "account",
-    "array": "array",
-    "dependency": "dependency",
-    "signal": "signal",
-    "requeue": "requeue",
-}
+_FIELDS: dict[str, str] = {key: keyword_option(key) for key in (
+    "name", "time", "nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_node", "gres", "mem",
+    "partition", "output", "error", "account", "array", "dependency", "signal", "requeue",
+)}
 _BY_LONG = {v: k for k, v in _FIELDS.items()}
 _NEEDS_QUOTES = set(" \t\"'#\\")
 
@@ -325,8 +311,7 @@ def _spec_for(option: str) -> OptionSpec:
     if raw.startswith("-") and not raw.startswith("--") and len(raw) == 2:
         spec = lookup(raw[1], "sbatch")
     else:
-        name = raw.lstrip("-").replace("_", "-")
-        name = _FIELDS.get(name.replace("-", "_"), name)
+        name = keyword_option(raw.lstrip("-").replace("-", "_"))
         spec = lookup(name, "sbatch")
     if spec is None:
         hint = suggest(raw.lstrip("-").replace("_", "-"), "sbatch")
@@ -415,7 +400,7 @@ class JobScript:
         return self
 
     def validate(self) -> None:
-        """Refuse values that would break out of their line: see :func:`~hpcnb.slurm_options.check_text`."""
+        """Refuse values that would break out of their line: see :func:`~hpcnb.slurm.options.check_text`."""
         check_text(self.shell, "JobScript.shell", where="the #! line")
         for long, value in self.options():
             if value is not None:
@@ -440,7 +425,7 @@ class JobScript:
     def render(self) -> str:
         """The script text: shebang, one ``#SBATCH --opt=value`` per option, blank line, commands.
 
-        Raises :class:`~hpcnb.slurm_options.UnsafeTextError` (a ValueError) naming the field
+        Raises :class:`~hpcnb.slurm.options.UnsafeTextError` (a ValueError) naming the field
         whose value holds a newline or another control character.
         """
         self.validate()

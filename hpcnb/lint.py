@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from hpcnb.jobscript import Directive, ParsedScript, parse_script
 from hpcnb.sites import SLURM_VERSIONS, emulated_version, parse_slurm_version
-from hpcnb.slurm_options import OptionError, match_long, parse_args, parse_slurm_time, suggest
+from hpcnb.slurm.gpus import parse_gpus
+from hpcnb.slurm.options import OptionError, match_long, parse_args, suggest
+from hpcnb.slurm.times import TIME_FORMATS, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcnb.sites import Profile
@@ -61,7 +63,7 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
-#: sbatch options added or dropped since Slurm 22.05 (whose option table :mod:`hpcnb.slurm_options`
+#: sbatch options added or dropped since Slurm 22.05 (whose option table :mod:`hpcnb.slurm.options`
 #: holds): long name -> (first release that has it, first release without it), read from
 #: src/common/slurm_opt.c of each release.
 OPTION_RELEASES: dict[str, tuple[str | None, str | None]] = {
@@ -103,11 +105,6 @@ def _int(value: str | None) -> int | None:
         return None
     m = re.match(r"\s*([0-9]+)", value)
     return int(m.group(1)) if m else None
-
-
-def _is_count(text: str) -> bool:
-    """ASCII digits only, as Slurm's strtol reads them ("²".isdigit() is True, int("²") fails)."""
-    return text.isascii() and text.isdigit()
 
 
 def _anchor(parsed: ParsedScript) -> int:
@@ -478,12 +475,12 @@ def _check_time(parsed: ParsedScript) -> tuple[list[Finding], int | None, bool]:
         return [_f(_anchor(parsed), "SL108", "no --time: the job gets the partition's default limit",
                    "add e.g. #SBATCH --time=01:00:00; a realistic limit also starts sooner")], None, False
     try:
-        return [], parse_slurm_time(d.value or ""), True
+        return [], parse_time(d.value or ""), True
     except ValueError:
         pasted = _pasted_characters(d.value or "")
         why = f" (it holds {pasted}, pasted from a web page)" if pasted else ""
         return [_f(d.lineno, "SL109", f"sbatch: error: Invalid --time specification ('{d.value}'){why}",
-                   "use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS" + (
+                   f"use {TIME_FORMATS}" + (
                        f"; retype it without {pasted}" if pasted else ""))], None, True
 
 
@@ -588,27 +585,27 @@ _HOME_RULES: dict[str, tuple[re.Pattern[str], str]] = {
 }
 
 
+def _gpu_request(value: str | None, option: str) -> tuple[int, str | None] | None:
+    """(count, type) of a GPU option's value as Slurm reads it; None when it is no GPU request."""
+    try:
+        return parse_gpus(value, option) if value else None
+    except ValueError:
+        return None
+
+
 def _gpus_per_node(parsed: ParsedScript) -> tuple[int, int, str | None] | None:
     """(GPUs per node requested, line, GPU type) from --gpus-per-node, --gres, --gpus."""
     nodes = _int(_last(parsed, "nodes").value) if _last(parsed, "nodes") else None
     d = _last(parsed, "gpus-per-node")
-    if d and d.value:
-        typ, _, count = d.value.rpartition(":")
-        if _is_count(count):
-            return int(count), d.lineno, typ or None
+    if d and (req := _gpu_request(d.value, "--gpus-per-node")):
+        return req[0], d.lineno, req[1]
     d = _last(parsed, "gres")
-    if d and d.value:
-        for item in d.value.split(","):
-            parts = item.split(":")
-            if parts[0] == "gpu":
-                count = parts[-1] if len(parts) > 1 and _is_count(parts[-1]) else "1"
-                typ = parts[1] if len(parts) == 3 else None
-                return int(count), d.lineno, typ
+    for item in (d.value or "").split(",") if d else ():
+        if req := _gpu_request(item, "--gres"):
+            return req[0], d.lineno, req[1]
     d = _last(parsed, "gpus")
-    if d and d.value:
-        typ, _, count = d.value.rpartition(":")
-        if _is_count(count):
-            return math.ceil(int(count) / max(nodes or 1, 1)), d.lineno, typ or None
+    if d and (req := _gpu_request(d.value, "--gpus")):
+        return math.ceil(req[0] / max(nodes or 1, 1)), d.lineno, req[1]
     return None
 
 
@@ -656,7 +653,7 @@ def _check_profile(parsed: ParsedScript, text: str, profile: Any, limit: int | N
     elif d is None:
         part = next((p for p in profile.partitions if p.default), None)
     if part is not None and timed and limit is not None:
-        max_s = parse_slurm_time(part.max_time)
+        max_s = parse_time(part.max_time)
         if max_s is not None and limit > max_s:
             t = _last(parsed, "time")
             out.append(_f(t.lineno if t else 1, "SL302",

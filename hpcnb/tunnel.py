@@ -44,7 +44,7 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import quote
 
-from hpcnb.slurm_options import check_text
+from hpcnb.slurm.options import check_text
 
 __all__ = [
     "TunnelPlan", "ServerInfo", "UnsafeServerFile", "plan_for_server", "free_local_port",

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from hpcnb.jobs import FINISHED_STATES, Job, JobSnapshot, QueueRow, SlurmError, follow_queue, queue
 from hpcnb.poller import Answer, Subscription
+from hpcnb.slurm.times import format_squeue_time
 
 __all__ = [
     "STATE_COLOURS",
@@ -82,18 +83,8 @@ def _widgets_available() -> bool:
 # ------------------------------------------------------------------------------ snapshots
 
 def format_seconds(seconds: int | None) -> str:
-    """``65`` -> ``1:05``, ``3725`` -> ``1:02:05``, ``90061`` -> ``1-01:01:01``; None -> ``-``."""
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
+    """As squeue prints times: ``65`` -> ``1:05``, ``3725`` -> ``1:02:05``, ``90061`` -> ``1-01:01:01``; None -> ``-``."""
+    return "-" if seconds is None else format_squeue_time(seconds)
 
 
 def snapshot(job: Job | int | str) -> JobSnapshot:

@@ -12,10 +12,8 @@ from hpcnb.slurm_options import (
     OPTIONS,
     OptionError,
     command_options,
-    format_slurm_time,
     lookup,
     parse_args,
-    parse_slurm_time,
     short_options,
     suggest,
     usage_error_text,
@@ -211,50 +209,3 @@ def test_unknown_command_is_refused():
 )
 def test_suggest(typo, command, expected):
     assert suggest(typo, command) == expected
-
-
-# ------------------------------------------------------------------ times
-
-# Accepted by the real `sbatch --time=...` (value = what sbatch -v shows, in seconds).
-GOOD_TIMES = [
-    ("10", 600), ("10:30", 630), ("1:00:00", 3600), ("99:59", 5999), ("0", 0),
-    ("1-0", 86400), ("1-12", 129600), ("1-12:30", 131400), ("1-12:30:15", 131415),
-    ("2-25", 2 * 86400 + 25 * 3600), ("7-00:00", 7 * 86400), ("120:00:00", 120 * 3600),
-    ("1-", 86400),
-    # Slurm does not range-check the fields:
-    ("1:99:00", 2 * 3600 + 39 * 60), ("0:60", 60), ("1-1:60", 86400 + 3600 + 3600),
-]
-BAD_TIMES = ["abc", "1:2:3:4", "", " 5", "5x", "1--2", "01:00:00.5", "1:", ":30", "1-2:", "-5"]
-
-
-@pytest.mark.parametrize("text, seconds", GOOD_TIMES)
-def test_parse_slurm_time_accepts_what_slurm_accepts(text, seconds):
-    assert parse_slurm_time(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["INFINITE", "unlimited", "Infinite", "-1", "UNLIMITED"])
-def test_parse_slurm_time_unlimited(text):
-    assert parse_slurm_time(text) is None
-
-
-@pytest.mark.parametrize("text", BAD_TIMES)
-def test_parse_slurm_time_rejects(text):
-    with pytest.raises(ValueError):
-        parse_slurm_time(text)
-
-
-@pytest.mark.parametrize("text", ["1:99:00", "0:60", "1-25", "1-1:60", "10:00:61"])
-def test_parse_slurm_time_strict_rejects_out_of_range_fields(text):
-    with pytest.raises(ValueError):
-        parse_slurm_time(text, strict=True)
-
-
-def test_parse_slurm_time_strict_keeps_valid():
-    assert parse_slurm_time("90", strict=True) == 5400  # bare minutes may exceed 59
-    assert parse_slurm_time("1-23:59:59", strict=True) == 86400 + 86399
-
-
-def test_format_slurm_time():
-    assert format_slurm_time(None) == "UNLIMITED"
-    assert format_slurm_time(600) == "00:10:00"
-    assert format_slurm_time(131415) == "1-12:30:15"

@@ -8,6 +8,8 @@ from typing import Any
 
 import hostlist
 
+from hpcnb.slurm.times import parse_time
+
 
 @dataclass(frozen=True)
 class Node:
@@ -62,12 +64,6 @@ class Cluster:
         return next(p for p in self.partitions.values() if p.default)
 
 
-def _seconds(text: str) -> int | None:
-    from hpcnb.slurm_options import parse_slurm_time
-
-    return parse_slurm_time(text)
-
-
 # the real release each emulated version was measured on (ci/real-slurm.sh's lanes)
 RELEASES = {"22.05": "22.05.8", "24.11": "24.11.5"}
 
@@ -90,7 +86,7 @@ def load_cluster(profile_name: str = "local", slurm_version: str | None = None) 
     partitions = {}
     for part in profile.partitions:
         names = tuple(hostlist.expand_hostlist(part.nodes)) if part.nodes else tuple(nodes)
-        partitions[part.name] = Partition(part.name, _seconds(part.max_time), part.default, names, part.preemptible)
+        partitions[part.name] = Partition(part.name, parse_time(part.max_time), part.default, names, part.preemptible)
     return Cluster(
         profile=profile.name,
         name=profile.cluster_name,

@@ -8,7 +8,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcnb.slurm_options import OptionSpec, parse_slurm_time
+from hpcnb.slurm import gpus
+from hpcnb.slurm.options import OptionSpec
+from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
+from hpcnb.slurm.times import TimeSpecError, parse_time
 
 
 class UsageError(Exception):
@@ -107,15 +110,12 @@ def parse_count(value: str, option: str, positive: bool = True) -> int:
     return int(value)
 
 
-_MEM_UNITS = {"": 1, "M": 1, "K": 1 / 1024, "G": 1024, "T": 1024 * 1024}
-
-
 def parse_mem(value: str, option: str) -> int:
-    """Memory in MB: ``100``, ``500M``, ``2G``, ``1T`` (``0``: all of the node's, as with Slurm)."""
-    match = re.fullmatch(r"(\d+)([KMGT]?)B?", value.strip().upper())
-    if not match:
-        raise UsageError(f"Invalid {option} specification", exit_code=255)
-    return max(1, int(int(match.group(1)) * _MEM_UNITS[match.group(2)])) if int(match.group(1)) else 0
+    """Memory in MB as Slurm reads it (:func:`hpcnb.slurm.sizes.parse_mem`; ``0``: all of the node's)."""
+    try:
+        return _parse_mb(value, option)
+    except SizeError:
+        raise UsageError(f"Invalid {option} specification", exit_code=255) from None
 
 
 def parse_nodes(value: str) -> tuple[int | None, int | None]:
@@ -135,19 +135,13 @@ def parse_nodes(value: str) -> tuple[int | None, int | None]:
 
 
 def parse_gpus(value: str, option: str) -> tuple[int, str | None]:
-    """``--gres=gpu[:type]:N`` or ``--gpus-per-node=[type:]N``."""
-    parts = value.split(":")
-    if option == "--gres":
-        if parts[0] != "gpu":
-            raise UsageError("Invalid generic resource (gres) specification")
-        parts = parts[1:] or ["1"]
+    """``--gres=gpu[:type]:N`` or ``--gpus-per-node=[type:]N`` (:func:`hpcnb.slurm.gpus.parse_gpus`)."""
     try:
-        count = int(parts[-1])
+        return gpus.parse_gpus(value, option)
+    except gpus.NotAGpu:
+        raise UsageError("Invalid generic resource (gres) specification") from None
     except ValueError:  # Slurm 22.05's controller refuses the job (captured)
         raise SubmitError("Requested node configuration is not available") from None
-    if len(parts) > 2:
-        raise SubmitError("Requested node configuration is not available")
-    return max(count, 1) if count < 0 else count, parts[0] if len(parts) == 2 else None
 
 
 def parse_signal(value: str) -> list[Any]:
@@ -286,8 +280,8 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         setattr(req, _STRINGS[name], value)
     elif name == "time":
         try:
-            req.time_limit = parse_slurm_time(value or "")
-        except ValueError:
+            req.time_limit = parse_time(value or "")
+        except TimeSpecError:
             raise UsageError("Invalid --time specification", exit_code=255) from None
         req.time_given = True
     elif name == "nodes":

@@ -8,6 +8,8 @@ from typing import Any
 
 import hostlist
 
+from hpcnb.slurm.states import FINAL
+
 from . import alloc, db
 from .cluster import Cluster
 from .request import JobRequest
@@ -30,7 +32,8 @@ def parse_dependency(spec: str) -> tuple[str, list[tuple[str, list[str]]]]:
     return joiner, terms
 
 
-def _targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
+def targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
+    """The jobs a dependency's reference (``7``: the job or its whole array, ``7_3``: one task) names."""
     if "_" in ref:
         base, task = ref.split("_")
         return conn.execute(
@@ -43,7 +46,30 @@ def _targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
 
 def known_job(conn: sqlite3.Connection, ref: str) -> bool:
     """A dependency's job (``7`` or ``7_3``) exists."""
-    return bool(_targets(conn, ref))
+    return bool(targets(conn, ref))
+
+
+def singleton_busy(conn: sqlite3.Connection, job: dict[str, Any]) -> bool:
+    """``singleton``: an earlier job of the same name and user has not ended."""
+    return bool(conn.execute(
+        "SELECT 1 FROM jobs WHERE name=? AND uid=? AND id<? AND state IN ('PENDING','RUNNING','COMPLETING')",
+        (job["name"], job["uid"], job["id"]),
+    ).fetchone())
+
+
+def ref_status(kind: str, rows: list[sqlite3.Row]) -> str:
+    """'ok', 'wait' or 'never' for one job of an ``after*`` term, from the rows of :func:`targets`."""
+    states = [r["state"] for r in rows]
+    final = all(s in FINAL for s in states)
+    if kind == "after":
+        return "ok" if all(r["start_time"] for r in rows) else "wait"
+    if kind == "afterany":
+        return "ok" if final else "wait"
+    if kind == "afterok":
+        bad = any(s in FINAL and s != "COMPLETED" for s in states)
+        return "never" if bad else "ok" if final else "wait"
+    good = all(s == "COMPLETED" for s in states)  # afternotok / aftercorr
+    return "never" if final and good else "ok" if final else "wait"
 
 
 def dependency_status(conn: sqlite3.Connection, job: dict[str, Any]) -> str:
@@ -52,26 +78,9 @@ def dependency_status(conn: sqlite3.Connection, job: dict[str, Any]) -> str:
     results = []
     for kind, refs in terms:
         if kind == "singleton":
-            busy = conn.execute(
-                "SELECT 1 FROM jobs WHERE name=? AND uid=? AND id<? AND state IN ('PENDING','RUNNING','COMPLETING')",
-                (job["name"], job["uid"], job["id"]),
-            ).fetchone()
-            results.append("wait" if busy else "ok")
+            results.append("wait" if singleton_busy(conn, job) else "ok")
             continue
-        for ref in refs:
-            rows = _targets(conn, ref)
-            states = [r["state"] for r in rows]
-            final = all(s in db.FINAL_STATES for s in states)
-            if kind == "after":
-                results.append("ok" if all(r["start_time"] for r in rows) else "wait")
-            elif kind == "afterany":
-                results.append("ok" if final else "wait")
-            elif kind == "afterok":
-                bad = any(s in db.FINAL_STATES and s != "COMPLETED" for s in states)
-                results.append("never" if bad else "ok" if final else "wait")
-            else:  # afternotok / aftercorr
-                good = all(s == "COMPLETED" for s in states)
-                results.append("never" if final and good else "ok" if final else "wait")
+        results += [ref_status(kind, targets(conn, ref)) for ref in refs]
     if joiner == "any":
         return "ok" if "ok" in results else "wait" if "wait" in results else "never"
     return "never" if "never" in results else "wait" if "wait" in results else "ok"

@@ -29,12 +29,15 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import hostlist
+
+from hpcnb.slurm import sizes
+from hpcnb.slurm.times import TIME_FORMATS, parse_time
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -246,85 +249,37 @@ class Profile:
 
 # --------------------------------------------------------------------------- value parsers
 
-_TIME_RE = re.compile(
-    r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
-    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$")
-TIME_FORMATS = "INFINITE, MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-
-
-def parse_time_limit(text: str) -> int | None:
-    """Seconds in a Slurm time limit; ``None`` for ``INFINITE`` (or ``UNLIMITED``).
-
-    Accepts ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` and ``D-HH:MM:SS``.
-    Raises ``ValueError`` for anything else, for minutes/seconds >= 60 after a colon,
-    for hours >= 24 after a day count, and for a zero limit.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"time limit must be a string, got {type(text).__name__}")
-    value = text.strip()
-    if value.upper() in ("INFINITE", "UNLIMITED"):
-        return None
-    m = _TIME_RE.match(value)
-    if not m:
-        raise ValueError(f"{text!r} is not a Slurm time limit ({TIME_FORMATS})")
-    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-    if "days" in g:
-        hours, minutes, seconds = g["dh"], g.get("dm", 0), g.get("ds", 0)
-        if hours >= 24:
-            raise ValueError(f"{text!r}: hours after the day count must be below 24")
-        total = ((g["days"] * 24 + hours) * 60 + minutes) * 60 + seconds
-        checks = [minutes, seconds]
-    elif "c" in g:  # HH:MM:SS
-        total = (g["a"] * 60 + g["b"]) * 60 + g["c"]
-        checks = [g["b"], g["c"]]
-    elif "b" in g:  # MM:SS
-        total = g["a"] * 60 + g["b"]
-        checks = [g["b"]]
-    else:  # MM
-        total = g["a"] * 60
-        checks = []
-    if any(v >= 60 for v in checks):
-        raise ValueError(f"{text!r}: minutes and seconds after a colon must be below 60")
-    if total == 0:
-        raise ValueError(f"{text!r}: a time limit must be longer than zero")
-    return total
-
-
-_BYTES_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([KMGTP])(?:I?B)?|B)?$", re.IGNORECASE)
-_BYTE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+#: Seconds in a Slurm time limit (None for INFINITE/UNLIMITED): Slurm's own parser.
+parse_time_limit = parse_time
 _COUNT_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMG]?)$", re.IGNORECASE)
 _COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 
 
-def parse_bytes(value: int | str) -> int:
-    """A byte quota: an int, or a string with a binary unit ("50G" = 50 * 2**30, "1T", "7.2T")."""
+def _quota(value: int | str, what: str, example: str) -> int | str:
+    """An int quota as it is (refused if negative or a bool), or a string to parse; else ValueError."""
     if isinstance(value, bool):
-        raise ValueError("a byte quota cannot be true/false")
+        raise ValueError(f"a {what} quota cannot be true/false")
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"quota {value} is negative")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"a byte quota must be an integer or a string like '50G', "
+        raise ValueError(f"a {what} quota must be an integer or a string like '{example}', "
                          f"got {type(value).__name__}")
-    m = _BYTES_RE.match(value.strip())
-    if not m:
-        raise ValueError(f"{value!r} is not a size (write e.g. 50G, 1T, 500M)")
-    number, unit = m.group(1), (m.group(2) or "").upper()
-    return round(float(number) * _BYTE_UNITS[unit])
+    return value
+
+
+def parse_bytes(value: int | str) -> int:
+    """A byte quota: an int, or a string with a binary unit ("50G" = 50 * 2**30, "1T", "7.2T")."""
+    value = _quota(value, "byte", "50G")
+    return value if isinstance(value, int) else sizes.parse_bytes(value)
 
 
 def parse_file_count(value: int | str) -> int:
     """A file-count quota: an int, or a string with a decimal unit ("500k" = 500_000, "1M")."""
-    if isinstance(value, bool):
-        raise ValueError("a file quota cannot be true/false")
+    value = _quota(value, "file", "500k")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"quota {value} is negative")
         return value
-    if not isinstance(value, str):
-        raise ValueError(f"a file quota must be an integer or a string like '500k', "
-                         f"got {type(value).__name__}")
     m = _COUNT_RE.match(value.strip())
     if not m:
         raise ValueError(f"{value!r} is not a file count (write e.g. 5000, 500k, 1M)")
@@ -468,23 +423,23 @@ def _positive(ctx: _Ctx, where: str, value: int, what: str) -> int:
     return value
 
 
+def _read_quota(ctx: _Ctx, t: _Table, where: str, key: str, parse: Callable[[Any], int],
+                example: str) -> int | None:
+    """A quota key of a storage tier, parsed; None when it is left out."""
+    if not t.has(key):
+        return None
+    try:
+        return parse(t.data[key])
+    except ValueError as exc:
+        raise ctx.error(f"{where}.{key}", str(exc), f"write a non-negative integer or {example} "
+                        "units), or leave the key out for no/unknown quota") from None
+
+
 def _read_storage(ctx: _Ctx, where: str, data: Any) -> StorageTier:
     t = _Table(ctx, data, where, _names(StorageTier))
-    quota_bytes = quota_files = None
-    if t.has("quota_bytes"):
-        try:
-            quota_bytes = parse_bytes(t.data["quota_bytes"])
-        except ValueError as exc:
-            raise ctx.error(f"{where}.quota_bytes", str(exc),
-                            'write a non-negative integer or a size such as "50G" or "1T" '
-                            "(binary units), or leave the key out for no/unknown quota") from None
-    if t.has("quota_files"):
-        try:
-            quota_files = parse_file_count(t.data["quota_files"])
-        except ValueError as exc:
-            raise ctx.error(f"{where}.quota_files", str(exc),
-                            'write a non-negative integer or a count such as "500k" or "1M" '
-                            "(decimal units), or leave the key out for no/unknown quota") from None
+    quota_bytes = _read_quota(ctx, t, where, "quota_bytes", parse_bytes, 'a size such as "50G" or "1T" (binary')
+    quota_files = _read_quota(ctx, t, where, "quota_files", parse_file_count,
+                              'a count such as "500k" or "1M" (decimal')
     purged = t.opt("purged", str)
     return StorageTier(
         name=_nonempty(ctx, f"{where}.name", t.req("name", str)),
@@ -502,7 +457,8 @@ def _read_partition(ctx: _Ctx, where: str, data: Any) -> Partition:
     t = _Table(ctx, data, where, _names(Partition))
     max_time = t.req("max_time", str)
     try:
-        parse_time_limit(max_time)
+        if parse_time_limit(max_time) == 0:
+            raise ValueError(f"{max_time!r}: a partition's maximum time must be longer than zero")
     except ValueError as exc:
         raise ctx.error(f"{where}.max_time", str(exc), f"write one of {TIME_FORMATS}") from None
     nodes = t.opt("nodes", str)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcnb.jobs import _expand_ids as expand_array_ids
+from hpcnb.slurm.states import FINAL
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -50,10 +51,7 @@ def real_bin(version: str) -> str:
 
 REAL_BIN = real_bin(REAL_VERSION)
 UP = f"`bash ci/real-slurm.sh up {REAL_VERSION}` as root"
-FINAL_STATES = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-    "DEADLINE",
-}
+FINAL_STATES = FINAL
 
 # Differences that are there on purpose. Tests refer to these keys; the report prints the reasons.
 INTENTIONAL = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from hpcnb.slurm_options import OptionError, parse_args
+from hpcnb.slurm.options import OptionError, parse_args
 
 from .. import db
 from ..cluster import Cluster, state_cluster

@@ -15,6 +15,10 @@ import time
 
 import hostlist
 
+from hpcnb.slurm.sizes import format_size
+from hpcnb.slurm.states import CODES
+from hpcnb.slurm.times import format_cpu_time, format_elapsed
+
 from .. import db, formats
 from .common import getopt_parse, open_cluster, select_jobs
 
@@ -45,7 +49,7 @@ WIDTHS = {
 }
 # fields sacct 24.11 adds to those (only the ones the local Slurm fills)
 WIDTHS_2411 = {"restarts": 8}
-STATE_CODES = {v: k for k, v in formats.STATE_CODES.items()}
+STATE_CODES = {v: k for k, v in CODES.items()}
 
 
 def _tres(cpus: int, mem: int, nodes: int, gpus: int, billing: bool) -> str:
@@ -53,7 +57,7 @@ def _tres(cpus: int, mem: int, nodes: int, gpus: int, billing: bool) -> str:
     parts.append(f"cpu={cpus}")
     if gpus:
         parts.append(f"gres/gpu={gpus}")
-    parts.append(f"mem={mem}M")
+    parts.append(f"mem={format_size(mem, 'M')}")
     parts.append(f"node={nodes}")
     return ",".join(parts)
 
@@ -93,7 +97,7 @@ def requested(job: dict, cluster) -> tuple[int, int, int, int]:
 def _limit(seconds: int | None) -> tuple[str, str]:
     if seconds is None:
         return "UNLIMITED", "UNLIMITED"
-    return formats.elapsed(seconds), str(seconds // 60)
+    return format_elapsed(seconds), str(seconds // 60)
 
 
 def derived_exit(steps: list[dict]) -> str:
@@ -141,15 +145,15 @@ def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]
         "partition": job["partition"], "account": job["account"] or job["user"], "alloccpus": str(cpus),
         "allocnodes": str(len(alloc)), "state": state, "exitcode": f"{job['exit_code']}:{job['exit_signal']}",
         "derivedexitcode": derived_exit(steps),
-        "elapsed": formats.elapsed(run), "elapsedraw": str(int(run)),
-        "cputime": formats.elapsed(run * cpus), "cputimeraw": str(int(run * cpus)),
+        "elapsed": format_elapsed(run), "elapsedraw": str(int(run)),
+        "cputime": format_elapsed(run * cpus), "cputimeraw": str(int(run * cpus)),
         "start": formats.stamp(job["start_time"]) if started else "Unknown",
         "end": formats.stamp(job["end_time"]) if job["end_time"] else "Unknown",
         "submit": formats.stamp(job["submit_time"]), "eligible": formats.stamp(job["eligible_time"]),
         "nnodes": str(len(alloc) or req_nodes), "ncpus": str(cpus or req_cpus), "ntasks": "",
         "alloctres": _tres(cpus, mem, len(alloc), gpus, True) if alloc else "",
         "reqtres": _tres(req_cpus, req_mem, req_nodes, req_gpus, True),
-        "reqmem": f"{req_mem}M", "reqcpus": str(req_cpus), "reqnodes": str(req_nodes),
+        "reqmem": format_size(req_mem, "M"), "reqcpus": str(req_cpus), "reqnodes": str(req_nodes),
         "nodelist": job["nodelist"] or "None assigned", "layout": "",
         "user": job["user"], "uid": str(job["uid"]), "group": _group(gid), "gid": str(gid),
         "timelimit": limit, "timelimitraw": limit_raw,
@@ -158,7 +162,7 @@ def job_row(job: dict, cluster, now: float, steps: list[dict]) -> dict[str, str]
         "cluster": cluster.name, "qos": "normal", "qosraw": "1", "comment": req["comment"] or "",
         "constraints": req.get("constraint") or "", "suspended": "00:00:00",
         "flags": "SchedMain,StartRecieved" if started else "",
-        "maxrss": "", "restarts": str(job["restart_count"]), "totalcpu": formats.cpu_time(job.get("total_cpu")),
+        "maxrss": "", "restarts": str(job["restart_count"]), "totalcpu": "" if job.get("total_cpu") is None else format_cpu_time(job["total_cpu"]),
     }
 
 
@@ -180,15 +184,15 @@ def step_row(job: dict, step: dict, base: dict[str, str], now: float, cluster) -
     row.update(
         jobid=f"{base['jobid']}.{step['step']}", jobidraw=f"{job['id']}.{step['step']}", jobname=step["name"],
         account=base["account"], alloccpus=str(cpus), allocnodes=str(len(nodes)), state=step["state"],
-        exitcode=f"{step['exit_code']}:{step['exit_signal']}", elapsed=formats.elapsed(run),
+        exitcode=f"{step['exit_code']}:{step['exit_signal']}", elapsed=format_elapsed(run),
         elapsedraw=str(int(run)), start=formats.stamp(step["start_time"]),
         end=formats.stamp(step["end_time"]) if step["end_time"] else "Unknown",
         submit=formats.stamp(step["start_time"]), eligible=formats.stamp(step["start_time"]),
         nnodes=str(len(nodes)), ncpus=str(cpus), ntasks=str(step["ntasks"]), nodelist=step["nodelist"],
         alloctres=_tres(cpus, mem, len(nodes), gpus, False), reqcpus=str(cpus), reqnodes=str(len(nodes)),
         layout="Unknown" if batch else ("Cyclic" if step["ntasks"] <= len(nodes) else "Block"),
-        maxrss=f"{step['max_rss'] // 1024}K" if step["max_rss"] else "", cluster=base["cluster"],
-        cputime=formats.elapsed(run * cpus), cputimeraw=str(int(run * cpus)), suspended="00:00:00",
+        maxrss=format_size(step["max_rss"]) if step["max_rss"] else "", cluster=base["cluster"],
+        cputime=format_elapsed(run * cpus), cputimeraw=str(int(run * cpus)), suspended="00:00:00",
     )
     return row
 

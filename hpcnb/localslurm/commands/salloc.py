@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from hpcnb.slurm_options import OptionError
+from hpcnb.slurm.options import OptionError
 
 from .. import envvars, procs
 from ..request import SubmitError, UsageError, default_name

@@ -5,7 +5,8 @@ import os
 import sys
 import time
 
-from hpcnb.slurm_options import OptionError
+from hpcnb.slurm.options import OptionError
+from hpcnb.slurm.states import FINAL
 
 from .. import controller, db, submit
 from ..request import SubmitError, UsageError, default_name
@@ -122,7 +123,7 @@ def wait_for(conn, ids: list[int]) -> int:
         rows = conn.execute(
             f"SELECT state, exit_code, exit_signal FROM jobs WHERE id IN ({','.join('?' * len(ids))})", ids
         ).fetchall()
-        if all(r["state"] in db.FINAL_STATES for r in rows):
+        if all(r["state"] in FINAL for r in rows):
             codes = [r["exit_code"] or (r["exit_signal"] and 1) or (0 if r["state"] == "COMPLETED" else 1) for r in rows]
             return max(codes)
         time.sleep(delay)

@@ -5,6 +5,9 @@ import sys
 
 import hostlist
 
+from hpcnb.slurm.sizes import format_size
+from hpcnb.slurm.times import TimeSpecError, format_elapsed, format_limit, parse_time
+
 from .. import controller, db, formats
 from .common import open_cluster, select_jobs
 from .scancel import wake_supervisor
@@ -66,10 +69,10 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
                              (job["id"],)).fetchone()
         if batch:  # a cancelled or timed-out job ends with its batch step's status (SIGTERM)
             exit_code = f"{batch['exit_code']}:{batch['exit_signal']}"
-    tres = f"cpu={cpus},mem={mem}M,node={nodes},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
+    tres = f"cpu={cpus},mem={format_size(mem, 'M')},node={nodes},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
     modern = cluster.since("24.11")
-    min_mem = (f"MinMemoryNode={req['mem_mb']}M" if req["mem_mb"] is not None
-               else f"MinMemoryCPU={req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M")
+    min_mem = (f"MinMemoryNode={format_size(req['mem_mb'], 'M')}" if req["mem_mb"] is not None
+               else f"MinMemoryCPU={format_size(req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb, 'M')}")
     lines = [
         head,
         f"   UserId={job['user']}({job['uid']}) GroupId={_group(job['uid'])} MCS_label=N/A",
@@ -78,8 +81,8 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         f"   JobState={job['state']} Reason={job['reason']} Dependency={formats.dependency_text(conn, job)}",
         f"   Requeue={0 if req['requeue'] is False else 1} Restarts={job['restart_count']} "
         f"BatchFlag={1 if job['kind'] == 'batch' else 0} Reboot=0 ExitCode={exit_code}",
-        f"   RunTime={formats.elapsed(formats.run_time(job, now))} "
-        f"TimeLimit={'UNLIMITED' if job['time_limit'] is None else formats.elapsed(job['time_limit'])} TimeMin=N/A",
+        f"   RunTime={format_elapsed(formats.run_time(job, now))} "
+        f"TimeLimit={format_limit(job['time_limit'])} TimeMin=N/A",
         f"   SubmitTime={formats.stamp(job['submit_time'])} EligibleTime={eligible}",
         f"   AccrueTime={eligible}",
         f"   StartTime={formats.stamp(job['start_time'])} EndTime={formats.stamp(end)} Deadline=N/A",
@@ -156,8 +159,8 @@ def show_node(name: str, cluster, conn) -> str:
     index = list(cluster.nodes).index(name)
     alloc_tres = ""
     if used_cpus or used_mem:
-        alloc_tres = f"cpu={used_cpus},mem={used_mem}M" + (f",gres/gpu={used_gpus}" if used_gpus else "")
-    cfg_tres = f"cpu={node.cpus},mem={node.memory_mb}M,billing={node.cpus}" + (f",gres/gpu={node.gpus}" if node.gpus else "")
+        alloc_tres = f"cpu={used_cpus},mem={format_size(used_mem, 'M')}" + (f",gres/gpu={used_gpus}" if used_gpus else "")
+    cfg_tres = f"cpu={node.cpus},mem={format_size(node.memory_mb, 'M')},billing={node.cpus}" + (f",gres/gpu={node.gpus}" if node.gpus else "")
     import os
     import platform
 
@@ -215,7 +218,7 @@ def show_partition(part, cluster) -> str:
     cpus = sum(cluster.nodes[n].cpus for n in part.nodes)
     mem = sum(cluster.nodes[n].memory_mb for n in part.nodes)
     gpus = sum(cluster.nodes[n].gpus for n in part.nodes)
-    max_time = "UNLIMITED" if part.max_time is None else formats.elapsed(part.max_time)
+    max_time = format_limit(part.max_time)
     modern = cluster.since("24.11")  # 24.11 adds ExclusiveTopo, MaxCPUsPerSocket and NodeSets
     return "\n".join([
         f"PartitionName={part.name}",
@@ -232,7 +235,7 @@ def show_partition(part, cluster) -> str:
         f"   State=UP TotalCPUs={cpus} TotalNodes={len(part.nodes)} SelectTypeParameters=NONE",
         "   JobDefaults=(null)",
         "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
-        f"   TRES=cpu={cpus},mem={mem}M,node={len(part.nodes)},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else ""),
+        f"   TRES=cpu={cpus},mem={format_size(mem, 'M')},node={len(part.nodes)},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else ""),
     ]) + "\n"
 
 
@@ -393,8 +396,6 @@ def _start_time(text: str, now: float) -> float | None:
 
 def update(conn, items: list[str]) -> int:
     """``scontrol update JobId=N StartTime=... TimeLimit=... JobName=...`` (the job fields users change)."""
-    from hpcnb.slurm_options import parse_slurm_time
-
     pairs = [item.partition("=")[::2] for item in items]
     ids = [v for k, v in pairs if k.lower() in ("jobid", "job")]
     if not ids:
@@ -437,8 +438,8 @@ def update(conn, items: list[str]) -> int:
                         conn.execute("UPDATE jobs SET reason='None' WHERE id=?", (job["id"],))
                 elif key == "TimeLimit":
                     try:
-                        seconds = parse_slurm_time(value)
-                    except ValueError:
+                        seconds = parse_time(value)
+                    except TimeSpecError:
                         print(f"Invalid TimeLimit value: {value}", file=sys.stderr)
                         return 1
                     conn.execute("UPDATE jobs SET time_limit=? WHERE id=?", (seconds, job["id"]))

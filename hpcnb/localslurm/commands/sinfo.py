@@ -12,6 +12,8 @@ import time
 
 import hostlist
 
+from hpcnb.slurm.times import format_squeue_time
+
 from .. import alloc, db, formats
 from .common import getopt_parse, open_cluster
 
@@ -109,7 +111,7 @@ def fields(row: dict, cluster) -> dict:
         "G": lambda: gpus,
         "h": lambda: "NO",
         "H": lambda: "Unknown",
-        "l": lambda: "infinite" if part.max_time is None else formats.duration(part.max_time),
+        "l": lambda: "infinite" if part.max_time is None else format_squeue_time(part.max_time),
         "L": lambda: "n/a",
         "m": lambda: str(first.memory_mb),
         "n": lambda: "localhost",

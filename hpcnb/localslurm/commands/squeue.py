@@ -4,6 +4,10 @@ from __future__ import annotations
 import sys
 import time
 
+from hpcnb.slurm.sizes import format_size
+from hpcnb.slurm.states import BASE, CODES
+from hpcnb.slurm.times import format_squeue_time
+
 from .. import db, formats
 from .common import getopt_parse, open_cluster, select_jobs
 
@@ -19,17 +23,9 @@ HEADERS = {
     "B": "EXEC_HOST",
 }
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
-VALID_STATES = (  # as squeue 22.05 lists them when -t names something else
-    "PENDING,RUNNING,SUSPENDED,COMPLETED,CANCELLED,FAILED,TIMEOUT,NODE_FAIL,PREEMPTED,BOOT_FAIL,DEADLINE,"
-    "OUT_OF_MEMORY,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,REQUEUE_FED,REQUEUE_HOLD,REVOKED,"
-    "SIGNALING,SPECIAL_EXIT,STAGE_OUT,STOPPED"
-)
-SHORT_STATES = {"PD", "R", "S", "CD", "CA", "F", "TO", "NF", "PR", "BF", "DL", "OOM", "CG", "CF", "RS", "RD", "RQ",
-                "RF", "RH", "RV", "SI", "SE", "SO", "ST"}
-STATE_ORDER = {  # Slurm's job_states enum
-    "PENDING": 0, "RUNNING": 1, "COMPLETING": 1, "SUSPENDED": 2, "COMPLETED": 3, "CANCELLED": 4, "FAILED": 5,
-    "TIMEOUT": 6, "NODE_FAIL": 7, "PREEMPTED": 8, "BOOT_FAIL": 9, "DEADLINE": 10, "OUT_OF_MEMORY": 11,
-}
+VALID_STATES = ",".join(CODES)  # as squeue 22.05 lists them when -t names something else
+SHORT_STATES = set(CODES.values())
+STATE_ORDER = {**{name: i for i, name in enumerate(BASE)}, "COMPLETING": 1}  # Slurm's job_states enum
 
 
 def fields(job: dict, cluster, now: float, conn=None) -> dict:
@@ -45,11 +41,11 @@ def fields(job: dict, cluster, now: float, conn=None) -> dict:
         "P": lambda: job["partition"],
         "j": lambda: job["name"],
         "u": lambda: job["user"],
-        "t": lambda: formats.STATE_CODES.get(job["state"], job["state"]),
+        "t": lambda: CODES.get(job["state"], job["state"]),
         "T": lambda: job["state"],
-        "M": lambda: formats.duration(formats.run_time(job, now)),
-        "l": lambda: formats.limit(job["time_limit"]),
-        "L": lambda: "UNLIMITED" if left is None else formats.duration(max(0, left)),
+        "M": lambda: format_squeue_time(formats.run_time(job, now)),
+        "l": lambda: "UNLIMITED" if job["time_limit"] is None else format_squeue_time(job["time_limit"]),
+        "L": lambda: "UNLIMITED" if left is None else format_squeue_time(max(0, left)),
         "D": lambda: str(nodes),
         "R": lambda: (job["nodelist"] or "") if running else f"({reason})",
         "N": lambda: job["nodelist"] or "",
@@ -63,7 +59,8 @@ def fields(job: dict, cluster, now: float, conn=None) -> dict:
         "E": lambda: formats.dependency_text(conn, job),
         "a": lambda: job["account"] or job["user"],
         "k": lambda: req["comment"] or "(null)",
-        "m": lambda: f"{req['mem_mb']}M" if req["mem_mb"] is not None else f"{req['mem_per_cpu_mb'] or cluster.def_mem_per_cpu_mb}M",
+        "m": lambda: format_size(req["mem_mb"] if req["mem_mb"] is not None
+                                else req["mem_per_cpu_mb"] or cluster.def_mem_per_cpu_mb, "M"),
         "q": lambda: "normal",
         "Z": lambda: req["workdir"],
         "F": lambda: str(job["array_job_id"] if job["array_job_id"] is not None else job["id"]),
@@ -150,7 +147,7 @@ def main(argv: list[str]) -> int:
     if job_ids and not jobs and len([t for t in job_ids.replace(" ", ",").split(",") if t]) == 1:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    codes = {v: k for k, v in formats.STATE_CODES.items()}
+    codes = {v: k for k, v in CODES.items()}
     if states and "ALL" not in states:
         states = {codes.get(s, s) for s in states}
     visible = []

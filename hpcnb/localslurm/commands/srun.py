@@ -11,7 +11,7 @@ import time
 import hostlist
 import psutil
 
-from hpcnb.slurm_options import OptionError
+from hpcnb.slurm.options import OptionError
 
 from .. import db, envvars, procs
 from ..cluster import Cluster

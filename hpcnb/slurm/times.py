@@ -1,0 +1,134 @@
+"""Slurm's durations: the one parser of time specs and a printer for each form Slurm prints.
+
+The parser is Slurm's ``time_str2secs`` (``src/common/parse_time.c``, 22.05 to 24.11): the
+shape check of ``_is_valid_timespec`` and then ``sscanf``, with no range check of the fields
+(``1-25`` is 2 days 1 hour, ``00:61:00`` 61 minutes, ``1:90`` 2 minutes 30 seconds). The
+printers are ``secs2time_str`` (limits, sacct's Elapsed, scontrol's RunTime), squeue's and
+sinfo's ``_print_secs`` and sacct's ``_elapsed_time`` (TotalCPU, UserCPU, SystemCPU).
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "TIME_FORMATS",
+    "TimeSpecError",
+    "format_cpu_time",
+    "format_elapsed",
+    "format_limit",
+    "format_squeue_time",
+    "minutes",
+    "parse_printed",
+    "parse_printed_seconds",
+    "parse_time",
+]
+
+TIME_FORMATS = "INFINITE, MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+_UNLIMITED = {"-1", "INFINITE", "UNLIMITED"}
+_SHAPE = re.compile(r"(?:(\d+)-)?([0-9:]*)")
+
+
+class TimeSpecError(ValueError):
+    """Not a Slurm time; the message starts as Slurm's own: ``Invalid --time specification``."""
+
+    def __init__(self, text: str, option: str = "--time") -> None:
+        super().__init__(f"Invalid {option} specification: {text!r} is not a Slurm time ({TIME_FORMATS})")
+        self.text, self.option = text, option
+
+
+def _valid_timespec(text: str) -> bool:
+    """Slurm's ``_is_valid_timespec``: digits, ``-`` and ``:`` only, one ``-`` before at most two
+    ``:``, and enough digit groups for the colons (``1:`` and ``1-2:`` are refused)."""
+    if not text or set(text) - set("0123456789-:"):
+        return False
+    dashes, colons = text.count("-"), text.count(":")
+    groups = len([g for g in re.split(r"[-:]", text) if g])
+    if not groups or dashes > 1 or colons > 2 or (dashes and text.index("-") > text.find(":") >= 0):
+        return False
+    return not colons or groups >= colons + 1 + dashes
+
+
+def parse_time(text: str, option: str = "--time") -> int | None:
+    """Seconds in a Slurm time spec (``--time``, ``MaxTime``...); None for INFINITE, UNLIMITED, -1.
+
+    Takes ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (and ``D-``) as
+    Slurm does, fields unchecked: ``1:90`` is 150 s. A negative day count (``-5``), which Slurm
+    turns into a garbage limit, is refused. Raises :class:`TimeSpecError` (a ValueError).
+    Slurm keeps job limits in whole minutes, rounding seconds up (:func:`minutes`).
+    """
+    if not isinstance(text, str):
+        raise TimeSpecError(str(text), option)
+    if text.upper() in _UNLIMITED:
+        return None
+    if not _valid_timespec(text) or text.startswith("-"):
+        raise TimeSpecError(text, option)
+    days, rest = _SHAPE.fullmatch(text).groups()  # type: ignore[union-attr]
+    fields = [int(f or 0) for f in rest.split(":")] if rest else []
+    if days is not None:
+        hours, minutes, seconds = (fields + [0, 0, 0])[:3]
+    elif len(fields) == 3:
+        hours, minutes, seconds = fields
+    else:
+        hours, minutes, seconds = 0, fields[0], (fields + [0])[1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def minutes(seconds: int | None) -> int | None:
+    """Slurm's ``time_str2mins``: whole minutes, rounded up (None stays None)."""
+    return None if seconds is None else (seconds + 59) // 60
+
+
+def parse_printed(text: str) -> int | None:
+    """Whole seconds of a duration as Slurm prints it (squeue's ``1:05``, sacct's ``1-00:00:02``,
+    TotalCPU's ``00:02.345``); None for a blank, ``INVALID``, ``UNLIMITED``, ``Partition_Limit``."""
+    whole = text.strip().partition(".")[0]
+    if ":" not in whole:
+        return None
+    try:
+        return parse_time(whole)
+    except TimeSpecError:
+        return None
+
+
+def parse_printed_seconds(text: str) -> float | None:
+    """:func:`parse_printed` keeping the fraction (sacct's TotalCPU ``00:02.345`` -> 2.345)."""
+    whole = parse_printed(text)
+    fraction = text.strip().partition(".")[2]
+    if whole is None or (fraction and not fraction.isdigit()):
+        return None if whole is None else float(whole)
+    return whole + (float(f"0.{fraction}") if fraction else 0.0)
+
+
+def _split(seconds: float) -> tuple[int, int, int, int]:
+    secs = max(0, int(seconds))
+    return secs // 86400, secs // 3600 % 24, secs // 60 % 60, secs % 60
+
+
+def format_elapsed(seconds: float | None) -> str:
+    """``secs2time_str``: ``HH:MM:SS`` or ``D-HH:MM:SS`` (sacct's Elapsed, scontrol's RunTime)."""
+    days, hours, mins, secs = _split(seconds or 0)
+    text = f"{hours:02d}:{mins:02d}:{secs:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def format_limit(seconds: float | None) -> str:
+    """A limit as Slurm prints it (and reads it back): ``UNLIMITED`` for None, else :func:`format_elapsed`."""
+    return "UNLIMITED" if seconds is None else format_elapsed(seconds)
+
+
+def format_squeue_time(seconds: float | None) -> str:
+    """squeue's TIME, TIME_LIMIT, TIME_LEFT and sinfo's TIMELIMIT: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    days, hours, mins, secs = _split(seconds or 0)
+    if days:
+        return f"{days}-{hours:02d}:{mins:02d}:{secs:02d}"
+    return f"{hours}:{mins:02d}:{secs:02d}" if hours else f"{mins}:{secs:02d}"
+
+
+def format_cpu_time(seconds: float) -> str:
+    """sacct's TotalCPU, UserCPU, SystemCPU: ``MM:SS.mmm`` under an hour when there are
+    milliseconds, else ``00:MM:SS``, ``HH:MM:SS`` or ``D-HH:MM:SS``."""
+    days, hours, mins, secs = _split(seconds)
+    millis = int(round((seconds - int(seconds)) * 1e6)) // 1000
+    if days or hours:
+        return format_elapsed(seconds)
+    return f"{mins:02d}:{secs:02d}.{millis:03d}" if millis else f"00:{mins:02d}:{secs:02d}"
