@@ -1,7 +1,6 @@
 """Process plumbing: spawning with exact fds and env, process trees, signalling whole jobs."""
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from collections.abc import Iterable
@@ -24,6 +23,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def become_subreaper() -> None:
     """Orphaned descendants (daemons, double forks) re-parent to us, so a job can't escape its tree."""
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):

@@ -5,7 +5,7 @@ import sys
 
 import hostlist
 
-from .. import controller, db, formats
+from .. import db, formats, wake
 from .common import open_cluster, select_jobs
 from .scancel import wake_supervisor
 from .sinfo import node_states
@@ -365,7 +365,7 @@ def control(conn, verb: str, ids: str) -> int:
             rc = 1
         elif verb == "requeue":
             wake_supervisor(current)
-    controller.poke()
+    wake.poke()
     return rc
 
 
@@ -449,5 +449,5 @@ def update(conn, items: list[str]) -> int:
                     import json
 
                     conn.execute("UPDATE jobs SET req=? WHERE id=?", (json.dumps(req), job["id"]))
-    controller.poke()
+    wake.poke()
     return 0
