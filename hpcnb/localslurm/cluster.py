@@ -158,7 +158,7 @@ def cached_cluster(profile: str, version: str) -> Cluster:
     key = {"format": CACHE_FORMAT, "profile": profile, "version": version}
     cluster = _read_cache(cache, key)
     if cluster is None:
-        from hpcnb.sites import _resolve
+        from hpcnb.sites import _resolve  # the file load_profile reads for this name or path
 
         file = str(_resolve(profile))
         file_key = _file_key(file)  # before reading it: a change while we read makes the next miss
