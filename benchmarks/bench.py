@@ -150,13 +150,13 @@ def main(argv: list[str] | None = None) -> int:
             return Row(what, "median", statistics.median(times), target, real, min(times))
 
         rows.append(median(f"sbatch --wait --wrap true → COMPLETED (n={opts.runs})",
-                           sbatch_wait(env, work, opts.runs), 0.10, 1.0))
+                           sbatch_wait(env, work, opts.runs), 0.07, 1.0))
         rows.append(median(f"sbatch --parsable + squeue polling → COMPLETED (n={opts.runs})",
                            sbatch_then_squeue(env, work, opts.runs), 0.10, 1.0))
         rows.append(median(f"hpcnb.jobs submit() + Job.wait() → COMPLETED (n={opts.runs})",
                            api_submit_wait(env, work, opts.runs), 0.10, 1.0))
         rows.append(Row(f"{opts.array}-task array: sbatch --wait → all done", "total",
-                        array_all_done(env, work, opts.array), 4.0, 41.0 if opts.array == 200 else None))
+                        array_all_done(env, work, opts.array), 3.0, 41.0 if opts.array == 200 else None))
         rows.append(median(f"srun -n 2 true inside salloc -n2 (n={opts.runs})",
                            srun_in_allocation(env, work, opts.runs), 0.15, 0.14))
         rows.append(median(f"python -c 'import hpcnb', fresh interpreter (n={opts.imports})",

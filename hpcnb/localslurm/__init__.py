@@ -8,6 +8,7 @@ Layout (one concern per module):
   alloc       resource accounting: does a request fit, and where
   scheduler   pending -> running decisions (dependencies, arrays, reasons)
   controller  the background daemon (started on first use) that schedules and launches
+  wake        the commands' side of it: is it running, wake it, start it when jobs need it
   supervisor  runs one job's processes: limits, signals, cleanup, final state
   envvars     the SLURM_* environment of batch shells, srun tasks and salloc shells
   formats     squeue/sacct/sinfo/scontrol output

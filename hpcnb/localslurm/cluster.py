@@ -1,18 +1,20 @@
-"""The virtual cluster: nodes and partitions taken from a site profile."""
+"""The virtual cluster: nodes and partitions taken from a site profile.
+
+Named tuples, not dataclasses: every command loads this module, and ``dataclasses`` (with the
+``inspect`` it imports) would be a third of a query command's imports."""
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import hostlist
 
 from hpcnb.slurm.times import parse_time
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     name: str
     cpus: int
     memory_mb: int
@@ -21,8 +23,7 @@ class Node:
     features: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Partition:
+class Partition(NamedTuple):
     name: str
     max_time: int | None  # seconds; None = INFINITE
     default: bool
@@ -30,8 +31,7 @@ class Partition:
     preemptible: bool
 
 
-@dataclass(frozen=True)
-class Cluster:
+class Cluster(NamedTuple):
     profile: str
     name: str
     nodes: dict[str, Node]
@@ -133,4 +133,69 @@ def state_cluster(conn: Any) -> Cluster:
             if db.get_meta(conn, "slurm_version") is None:
                 db.set_meta(conn, "slurm_version", wanted_version(profile))
             version = db.get_meta(conn, "slurm_version")
-    return load_cluster(profile, version)
+    return cached_cluster(profile, version)
+
+
+_SEEN: dict[tuple[str, str], Cluster] = {}  # this process's, as load_cluster's lru_cache
+CACHE_FORMAT = 1  # bump when Cluster, Node or Partition change
+
+
+def cached_cluster(profile: str, version: str) -> Cluster:
+    """:func:`load_cluster` through a copy in the state directory (``cluster.json``), valid while the
+    profile's file keeps its size and mtime: a command then neither imports :mod:`hpcnb.sites` nor
+    parses TOML. A profile given as a relative path (its file depends on the cwd) is never cached."""
+    from . import paths
+
+    if (profile, version) in _SEEN:
+        return _SEEN[(profile, version)]
+    if not os.path.isabs(profile) and (os.sep in profile or profile.endswith(".toml")):
+        return load_cluster(profile, version)
+    cache = paths.state_dir() / "cluster.json"
+    key = {"format": CACHE_FORMAT, "profile": profile, "version": version}
+    cluster = _read_cache(cache, key)
+    if cluster is None:
+        from hpcnb.sites import _resolve  # the file load_profile reads for this name or path
+
+        file = str(_resolve(profile))
+        file_key = _file_key(file)  # before reading it: a change while we read makes the next miss
+        cluster = load_cluster(profile, version)
+        _write_cache(cache, {"key": key, "file": file, "file_key": file_key}, cluster)
+    _SEEN[(profile, version)] = cluster
+    return cluster
+
+
+def _file_key(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _read_cache(cache: os.PathLike[str], key: dict[str, Any]) -> Cluster | None:
+    """The cached cluster, if it was made for ``key`` from the profile file as it is now."""
+    try:
+        with open(cache, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if data["key"] != key or data["file_key"] != _file_key(data["file"]):
+            return None
+        fields = data["cluster"]
+        nodes = {n["name"]: Node(**{**n, "features": tuple(n["features"])}) for n in fields.pop("nodes")}
+        parts = {p["name"]: Partition(**{**p, "nodes": tuple(p["nodes"])}) for p in fields.pop("partitions")}
+        return Cluster(**fields, nodes=nodes, partitions=parts)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # absent, damaged or from another release: rebuilt from the profile
+
+
+def _write_cache(cache: os.PathLike[str], header: dict[str, Any], cluster: Cluster) -> None:
+    fields = cluster._asdict()
+    fields["nodes"] = [n._asdict() for n in cluster.nodes.values()]
+    fields["partitions"] = [p._asdict() for p in cluster.partitions.values()]
+    data = {**header, "cluster": fields}
+    tmp = f"{cache}.{os.getpid()}.tmp"  # concurrent writers never share it
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a full disk, say: the next command builds it again

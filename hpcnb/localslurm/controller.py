@@ -22,10 +22,9 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from . import db, paths, procs
+from .wake import ensure_running, is_running, poke, socket_address  # noqa: F401 (re-exported)
 from .cluster import state_cluster
 
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
@@ -39,69 +38,6 @@ LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 # a finished job's stored environment is dropped this long after its end
 ENV_KEPT_AFTER_END_S = float(os.environ.get("HPCNB_ENV_KEPT_AFTER_END", "60"))
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
-
-
-@contextmanager
-def socket_address() -> Iterator[str]:
-    """The controller socket's address. A state directory too deep for AF_UNIX's 108 bytes is
-    reached through /proc/self/fd (a descriptor of the directory), so any path works."""
-    path = str(paths.socket_path())
-    if len(os.fsencode(path)) < 100:
-        yield path
-        return
-    fd = os.open(paths.state_dir(), os.O_PATH | os.O_DIRECTORY)
-    try:
-        yield f"/proc/self/fd/{fd}/{paths.socket_path().name}"
-    finally:
-        os.close(fd)
-
-
-def poke(start: bool = True) -> bool:
-    """Wake the controller; start it if it is not running (and ``start``). True if one was reached."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        with socket_address() as address:
-            sock.sendto(b"w", address)
-        return True
-    except (FileNotFoundError, ConnectionRefusedError):
-        pass
-    except BlockingIOError:
-        return True  # its queue is full of wake-ups already
-    finally:
-        sock.close()
-    if start:
-        start_controller()
-    return False
-
-
-def is_running() -> bool:
-    """Does a controller hold the lock? (Free after a crash or kill: flock dies with its process.)"""
-    try:
-        fd = os.open(paths.lock_path(), os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def ensure_running() -> None:
-    """Start the controller if it is not running and some job still needs it (pending or running)."""
-    if is_running():
-        return
-    conn = db.connect()
-    try:
-        busy = conn.execute(
-            "SELECT 1 FROM jobs WHERE state='RUNNING' OR (state='PENDING' AND held=0) LIMIT 1"
-        ).fetchone()  # held jobs wait for `scontrol release`, which wakes a controller itself
-    finally:
-        conn.close()
-    if busy:
-        start_controller()
 
 
 def start_controller() -> None:

@@ -1,7 +1,6 @@
 """Process plumbing: spawning with exact fds and env, process trees, signalling whole jobs."""
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from collections.abc import Iterable
@@ -24,6 +23,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def become_subreaper() -> None:
     """Orphaned descendants (daemons, double forks) re-parent to us, so a job can't escape its tree."""
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
@@ -186,9 +187,65 @@ def descendants(pid: int | None = None) -> list[psutil.Process]:
     A command that starts the controller (``srun``, ``salloc``, any command inside a job) is its
     parent, and a subreaper (a supervisor, salloc, a stand-alone srun) inherits it when that command
     exits. The controller and the supervisors it forks are not the job's: killing them with the job
-    killed every other job's supervisor (NODE_FAIL at launch), so their subtrees are left out."""
+    killed every other job's supervisor (NODE_FAIL at launch), so their subtrees are left out.
+
+    The tree is walked through ``/proc/PID/task/*/children``: psutil's ``children()`` reads the
+    ``stat`` of every process on the machine, once per call, and supervisors call this often."""
+    root = pid or os.getpid()
+    if not _has_children_files():
+        return _descendants_by_scan(root)
+    found, todo = [], [root]
+    while todo:
+        for child in _children(todo.pop(0)):
+            if _is_daemon_pid(child):
+                continue
+            try:
+                found.append(psutil.Process(child))
+            except psutil.Error:  # it ended meanwhile (its own children re-parent to a subreaper)
+                continue
+            todo.append(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """The children of ``pid`` (of each of its threads), from /proc; none if it has gone."""
+    kids: list[int] = []
     try:
-        tree = psutil.Process(pid or os.getpid()).children(recursive=True)
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                kids.extend(int(k) for k in fh.read().split())
+        except OSError:  # the thread ended
+            pass
+    return kids
+
+
+_CHILDREN_FILES: bool | None = None
+
+
+def _has_children_files() -> bool:
+    """Does this kernel have /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)?"""
+    global _CHILDREN_FILES
+    if _CHILDREN_FILES is None:
+        _CHILDREN_FILES = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    return _CHILDREN_FILES
+
+
+def _is_daemon_pid(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return DAEMON_MODULE.encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _descendants_by_scan(pid: int) -> list[psutil.Process]:
+    """:func:`descendants` through psutil (a scan of every process), where /proc lacks children files."""
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
     daemons = {proc.pid for proc in tree if _is_daemon(proc)}

@@ -88,8 +88,8 @@ def dependency_status(conn: sqlite3.Connection, job: dict[str, Any]) -> str:
 
 def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]:
     """Start every pending job that may run now; returns the started jobs. Call in a transaction."""
-    running = db.jobs_where(conn, "state IN ('RUNNING','COMPLETING')")
-    free = alloc.free_resources(cluster, [j["alloc"] for j in running])
+    running = conn.execute("SELECT alloc, array_job_id FROM jobs WHERE state IN ('RUNNING','COMPLETING')").fetchall()
+    free = alloc.free_resources(cluster, [json.loads(j["alloc"]) for j in running if j["alloc"]])
     running_per_array: dict[int, int] = {}
     for j in running:
         if j["array_job_id"] is not None:
@@ -108,7 +108,9 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
             continue
         placed = None
         if reason is None:
-            placed = alloc.place(req, cluster, job["partition"], free)
+            # every job needs a CPU: with none free anywhere nothing fits, and placing is skipped
+            full = all(slot.cpus <= 0 for slot in free.values())
+            placed = None if full else alloc.place(req, cluster, job["partition"], free)
             if placed is None:
                 reason = "Priority" if blocked else "Resources"
                 blocked = True
@@ -134,29 +136,40 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
     return started
 
 
-# A job's request never changes once queued: parse each one once per controller, not once per pass.
-_REQUESTS: dict[int, tuple[dict[str, Any], JobRequest]] = {}
+class _Parsed:
+    """A pending job's request, parsed once per controller (a request never changes once queued,
+    but for its comment), and whether it fits its partition when idle (known once asked)."""
+
+    __slots__ = ("data", "request", "fits_idle")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data, self.request, self.fits_idle = data, JobRequest.from_json(data), None
+
+
+_PARSED: dict[int, _Parsed] = {}
 
 
 def _pending(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The pending jobs in scheduling order; each request is read and decoded only the first time."""
     rows = conn.execute(
         "SELECT id, array_job_id, array_task_id, array_throttle, name, uid, partition, kind, reason, held, "
-        "eligible_time, time_limit, req FROM jobs WHERE state='PENDING' "
+        "eligible_time, time_limit FROM jobs WHERE state='PENDING' "
         "ORDER BY COALESCE(array_job_id, id), array_task_id"
     ).fetchall()
-    jobs = []
-    for row in rows:
-        job = dict(row)
-        cached = _REQUESTS.get(job["id"])
-        if cached is None:
-            data = json.loads(job["req"])
-            cached = _REQUESTS[job["id"]] = (data, JobRequest.from_json(data))
-        job["req"], job["request"] = cached
-        jobs.append(job)
-    if len(_REQUESTS) > 4 * len(jobs) + 1000:
+    jobs = [dict(row) for row in rows]
+    new = [job["id"] for job in jobs if job["id"] not in _PARSED]
+    for start in range(0, len(new), 500):  # SQLite allows 999 parameters per statement
+        chunk = new[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for job_id, req in conn.execute(f"SELECT id, req FROM jobs WHERE id IN ({marks})", chunk):
+            _PARSED[job_id] = _Parsed(json.loads(req))
+    for job in jobs:
+        parsed = job["parsed"] = _PARSED[job["id"]]
+        job["req"], job["request"] = parsed.data, parsed.request
+    if len(_PARSED) > 4 * len(jobs) + 1000:
         keep = {j["id"] for j in jobs}
-        for job_id in [i for i in _REQUESTS if i not in keep]:
-            del _REQUESTS[job_id]
+        for job_id in [i for i in _PARSED if i not in keep]:
+            del _PARSED[job_id]
     return jobs
 
 
@@ -178,6 +191,10 @@ def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array:
     limit = part.max_time
     if limit is not None and job["time_limit"] is not None and job["time_limit"] > limit:
         return "PartitionTimeLimit"
-    if alloc.place(JobRequest.from_json(job["req"]), cluster, job["partition"], alloc.free_resources(cluster, [])) is None:
+    parsed = job["parsed"]
+    if parsed.fits_idle is None:
+        idle = alloc.free_resources(cluster, [])
+        parsed.fits_idle = alloc.place(parsed.request, cluster, job["partition"], idle) is not None
+    if not parsed.fits_idle:
         return "PartitionConfig"  # more than the whole partition holds, even idle (as Slurm 22.05)
     return None

@@ -5,9 +5,8 @@ import importlib
 import sqlite3
 import sys
 
-from hpcnb.sites import ProfileError
-
 from ..db import StateError, state_error
+from ..wake import ensure_running
 
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 
@@ -34,9 +33,6 @@ def run(name: str, argv: list[str]) -> int:
     except StateError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
-    except ProfileError as err:  # a bad HPCNB_PROFILE or HPCNB_SLURM_VERSION
-        print(f"{name}: error: {err}", file=sys.stderr)
-        return 1
     except sqlite3.Error as err:
         print(f"{name}: error: {state_error(err)}", file=sys.stderr)
         return 1
@@ -48,14 +44,24 @@ def run(name: str, argv: list[str]) -> int:
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"{name}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 1
+    except Exception as err:
+        if not _profile_error(err):
+            raise
+        print(f"{name}: error: {err}", file=sys.stderr)  # a bad HPCNB_PROFILE or HPCNB_SLURM_VERSION
+        return 1
+
+
+def _profile_error(err: Exception) -> bool:
+    """Is ``err`` a :class:`hpcnb.sites.ProfileError`? Only a command that read a profile can raise
+    one, so a command that did not (a cached cluster) never imports hpcnb.sites for the question."""
+    sites = sys.modules.get("hpcnb.sites")
+    return sites is not None and isinstance(err, sites.ProfileError)
 
 
 def _restart_controller_if_needed() -> None:
     """Any command brings a killed controller back when jobs still need it (pending or running)."""
     try:
-        from .. import controller
-
-        controller.ensure_running()
+        ensure_running()
     except (StateError, sqlite3.Error, OSError):
         pass  # the command itself succeeded; the next one will try again
 

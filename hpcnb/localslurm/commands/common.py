@@ -1,51 +1,11 @@
-"""Pieces shared by sbatch, srun and salloc: option parsing into a JobRequest, and submission."""
+"""Pieces the commands share: the state and its cluster, getopt for the query commands, job selection.
+(Option parsing for sbatch, srun and salloc is in :mod:`.options`: the query commands never load it.)"""
 from __future__ import annotations
 
 import sys
 
-from hpcnb.slurm.options import OptionError, parse_args
-
 from .. import db
 from ..cluster import Cluster, state_cluster
-from ..request import JobRequest, SubmitError, UsageError, apply_option
-from . import error
-
-SUBMIT_FAILED = {
-    "sbatch": "Batch job submission failed: {}",
-    "salloc": "Job submit/allocate failed: {}",
-    "srun": "Unable to allocate resources: {}",
-}
-
-
-def build_request(command: str, argv: list[str], directives: list[str] | None = None) -> tuple[JobRequest, list[str]]:
-    """Options from ``#SBATCH`` lines first, then the command line (which wins). Raises UsageError/OptionError."""
-    req = JobRequest(command=command)
-    opts, rest = parse_args(argv, command)
-    if directives:
-        script_opts, leftover = parse_args(directives, command)
-        if leftover:
-            raise UsageError(f"Invalid directive found in batch script: {leftover[0]}", exit_code=255)
-        for spec, value in script_opts:
-            apply_option(req, spec, value)
-    for spec, value in opts:
-        apply_option(req, spec, value)
-    return req, rest
-
-
-def report(command: str, err: Exception) -> int:
-    """Print a usage/submit error the way the real command does; return its exit code."""
-    if isinstance(err, OptionError):
-        sys.stderr.write(err.stderr_text())
-        return err.exit_code
-    if isinstance(err, UsageError):
-        for line in getattr(err, "raw", ()):
-            print(line, file=sys.stderr)
-        error(command, *err.lines)
-        return err.exit_code
-    if isinstance(err, SubmitError):
-        error(command, *err.before, SUBMIT_FAILED[command].format(err.reason))
-        return 1
-    raise err
 
 
 def open_cluster() -> tuple:

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 
-from .. import controller, db, procs, submit
+from .. import db, procs, submit, wake
 from ..request import JobRequest
 from ..supervisor import WATCHED, Outcome, Supervisor
 
@@ -18,7 +18,7 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
     conn, cluster = open_cluster()
     submit.base_request_fields(req, dict(os.environ), cluster)
     (job_id,) = submit.queue_jobs(conn, req, cluster, "alloc", None, name, owner_pid=os.getpid())
-    controller.poke()
+    wake.poke()
     announced = False
     delay = 0.002
     try:

@@ -9,7 +9,7 @@ from hpcnb.slurm.options import OptionError
 
 from .. import envvars, procs
 from ..request import SubmitError, UsageError, default_name
-from .common import build_request, report
+from .options import build_request, report
 from .interactive import allocate, supervise
 
 # a command killed by one of these makes salloc exit 0; by any other signal, 1 (salloc.c)

@@ -7,7 +7,7 @@ import re
 import signal as _signal
 import sys
 
-from .. import controller, db, paths, procs
+from .. import db, paths, procs, wake
 from ..request import _signal_number
 from .common import getopt_parse, open_cluster, select_jobs
 
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
             signal_job(job, signum, batch_only, full)
         else:
             cancel(conn, job)
-    controller.poke()
+    wake.poke()
     return rc
 
 

@@ -8,7 +8,7 @@ import hostlist
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.times import TimeSpecError, format_elapsed, format_limit, parse_time
 
-from .. import controller, db, formats
+from .. import db, formats, wake
 from .common import open_cluster, select_jobs
 from .scancel import wake_supervisor
 from .sinfo import node_states
@@ -368,7 +368,7 @@ def control(conn, verb: str, ids: str) -> int:
             rc = 1
         elif verb == "requeue":
             wake_supervisor(current)
-    controller.poke()
+    wake.poke()
     return rc
 
 
@@ -450,5 +450,5 @@ def update(conn, items: list[str]) -> int:
                     import json
 
                     conn.execute("UPDATE jobs SET req=? WHERE id=?", (json.dumps(req), job["id"]))
-    controller.poke()
+    wake.poke()
     return 0

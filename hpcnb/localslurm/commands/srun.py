@@ -17,7 +17,8 @@ from .. import db, envvars, procs
 from ..cluster import Cluster
 from ..request import JobRequest, SubmitError, UsageError, parse_count
 from ..submit import export_env, exports_all
-from .common import build_request, open_cluster, report
+from .common import open_cluster
+from .options import build_request, report
 from .interactive import allocate, supervise
 from .squeue import MIN_JOB_AGE_S
 
