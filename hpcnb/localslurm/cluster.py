@@ -193,8 +193,8 @@ def _write_cache(cache: os.PathLike[str], header: dict[str, Any], cluster: Clust
     fields["partitions"] = [p._asdict() for p in cluster.partitions.values()]
     data = {**header, "cluster": fields}
     tmp = f"{cache}.{os.getpid()}.tmp"  # concurrent writers never share it
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+    try:  # private (0600) whatever the umask, as everything in the state dir
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.replace(tmp, cache)
     except OSError:

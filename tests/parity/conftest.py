@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,10 +70,13 @@ def _wait_for_an_empty_queue(real: Side, timeout: float = 120) -> None:
 
 
 def _real_next_id(real: Side) -> int:
-    """About the real Slurm's next job id (the highest it has recorded, plus one)."""
+    """About the real Slurm's next job id: the highest it has recorded plus one, and at least its
+    FirstJobId (a slurmdbd that has just started, or lost its database, may record none)."""
     res = real.run(["sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-S", "2000-01-01"], real.root, timeout=60)
     ids = [int(x) for x in res.stdout.split() if x.isdigit()]
-    return max(ids, default=0) + 1
+    config = real.run(["scontrol", "show", "config"], real.root, timeout=60).stdout
+    first = re.search(r"^FirstJobId\s*=\s*(\d+)", config, re.MULTILINE)
+    return max(max(ids, default=0) + 1, int(first.group(1)) if first else 1)
 
 
 def _seed_local_ids(state: Path, first: int) -> None:

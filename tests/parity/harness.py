@@ -85,6 +85,10 @@ INTENTIONAL = {
     "hpcnb.localslurm.envvars.LOCAL_SETTINGS) reach every job and step whatever --export says: they stand for the "
     "cluster's configuration, which a real slurmd reads from slurm.conf. A job with --export=NONE or =<names> "
     "shows them; a real one has no such variables.",
+    "node_profile": "What the node's own login profile sets (Debian's Lmod from /etc/profile.d: LMOD_*, "
+    "MODULEPATH, BASH_ENV, the module function) is the machine's software, not Slurm's: the local Slurm's "
+    "virtual nodes are the host, which has Lmod (lesson 3b), and the 24.11 lane's nodes a chroot without it. "
+    "Jobs that load a login environment (--export=NONE, --get-user-env) show it: left out on both sides.",
     "alloc_node": "scontrol's AllocNode:Sid names the submitting host and session as slurmctld saw them "
     "(real: localhost:<sid>); the local Slurm records the host name and session 0: normalised.",
 }
@@ -372,9 +376,12 @@ class Norm:
         return DATE_LINE.sub("<DATE>", text)
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        """A task's environment, normalised (see ENV_RULES)."""
+        """A task's environment, normalised (see ENV_RULES), without the node's login profile
+        (INTENTIONAL["node_profile"])."""
         out = {}
         for key, value in env.items():
+            if _from_node_profile(key, value):
+                continue
             rule = ENV_RULES.get(key)
             if rule is None:
                 value = self.path(value) if "/" in value else value
@@ -382,6 +389,15 @@ class Norm:
                 value = rule(self, value)
             out[key] = value
         return _job_times(out)
+
+
+_LMOD_NAMES = re.compile(r"(LMOD_\w*|__LMOD_\w*|_ModuleTable\w*|MODULEPATH\w*|MODULESHOME|LOADEDMODULES|_LMFILES_"
+                         r"|BASH_FUNC_(module|ml)%%)")
+
+
+def _from_node_profile(key: str, value: str) -> bool:
+    """Set by the node's login profile (Debian's Lmod), not by Slurm: INTENTIONAL["node_profile"]."""
+    return bool(_LMOD_NAMES.fullmatch(key)) or (key in ("BASH_ENV", "MANPATH") and "/lmod/" in value)
 
 
 def _job_times(env: dict[str, str]) -> dict[str, str]:
