@@ -1,13 +1,17 @@
 """The workshop portal (ci/portal.sh, ``make portal``) as a student meets it, in a real browser.
 
 The hub (JupyterHub + batchspawner's SlurmSpawner + configurable-http-proxy) runs as root; the
-student ``hpcnb-student`` logs in on its login page, and their notebook server starts as a Slurm
-job submitted as them. In that server the test opens lesson 1 (outputs cleared), runs it to the
-end, saves it, checks that every cell ran without an error inside the server's own job (hpcnb says
-so and starts the lesson's jobs without that job's variables: its ``srun`` is no step of the
-server's job), then stops the server from the hub's home page and checks that its job is gone.
-Stopping the hub at the end stops the proxy and any job left; the student's jobs are cancelled
-whatever happened.
+student ``hpcnb-student`` follows a workshop's link to lesson 1 (outputs cleared): the hub's login
+page, then their notebook server starts as a Slurm job submitted as them, and JupyterLab opens with
+the lesson, once, in a fresh workspace (one page load: no restored tab, no second page that opens
+it again and starts a second kernel). When the server has one session for the lesson, its kernel
+idle and this page connected to it, the test runs the lesson to the end, saves it, checks that
+every cell ran without an error inside the server's own job (hpcnb says so and starts the lesson's
+jobs without that job's variables: its ``srun`` is no step of the server's job), then stops the
+server from the hub's home page and checks that its job is gone. Stopping the hub at the end stops
+the proxy and any job left; the student's jobs are cancelled whatever happened. A failure shows
+what the page saw (its tabs, the kernel's state, the cells run, the server's sessions), the hub's
+and the server's logs and the server job in squeue and sacct.
 
 Run by ``make test-portal`` only (long; as root, after ``ci/portal.sh install`` for
 ``hpcnb-student``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
@@ -27,8 +31,10 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -48,10 +54,12 @@ VENV = PREFIX / "course" / ".venv"
 SLURM_BIN = PREFIX / "slurm-bin"
 USER = "hpcnb-student"
 LESSON = "notebooks/01-cluster-anatomy.ipynb"
+LESSON_URL = f"/user/{USER}/lab/tree/{LESSON}"  # a workshop's link: JupyterLab with the lesson open
 # the login page's port; the hub's API and the proxy's API take the next two (below the tests' ranges)
 PORT = {"local": 14100, "real": 14110}[VARIANT]
 HUB_UP_S = 120
 SPAWN_S = 240     # the hub gives up after start_timeout (180 s) + http_timeout
+KERNEL_S = 180    # the lesson's kernel started and connected (the server waits 60 s for a kernel's first reply)
 LESSON_S = 600    # lesson 1 takes about 10 s on the local Slurm, 2 min on the real one (a requeue holds 120 s)
 STOP_S = 60
 
@@ -92,6 +100,8 @@ class Portal:
         self.url = f"http://127.0.0.1:{PORT}"
         self.password = secrets.token_urlsafe(12)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.page: Any = None        # the browser's page, once there is one (its state goes into diagnosis())
+        self.job: str | None = None  # the server's Slurm job, once known
 
     def start(self) -> None:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
@@ -144,10 +154,17 @@ class Portal:
                 shutil.copyfile(path, ARTIFACTS / f"portal-{VARIANT}-{name}.log")
 
     def diagnosis(self) -> str:
-        """The end of the hub's log, the student's jobs, and the end of the newest job log."""
+        """What the page shows, the end of the hub's log, the student's jobs, the server job's
+        accounting and the end of the newest job log."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else "(no hub log)"
-        parts = ["--- hub log (last 40 lines) ---", *text.splitlines()[-40:],
-                 f"--- squeue -u {USER} ---", student_jobs() or "(no jobs)"]
+        parts = []
+        if self.page is not None:
+            parts += ["--- the page ---", describe_lab(lab_state(self.page))]
+        parts += ["--- hub log (last 40 lines) ---", *text.splitlines()[-40:],
+                  f"--- squeue -u {USER} ---", student_jobs() or "(no jobs)"]
+        if self.job:
+            res = as_student("sacct", "-j", self.job, "-P", "-o", "JobID,State,ExitCode,ReqMem,MaxRSS")
+            parts += [f"--- sacct -j {self.job} ---", (res.stdout or res.stderr).strip()]
         job_log = self.job_log()
         if job_log:
             parts += [f"--- {job_log} (last 20 lines) ---", *job_log.read_text(errors="replace").splitlines()[-20:]]
@@ -192,15 +209,74 @@ def portal(tmp_path: Path):
         assert "spawner-jupyterhub" not in jobs, f"the hub left the server's job:\n{jobs}"
 
 
-# The lesson's state in the page: code cells, how many ran, are queued or running, and errors.
+# The lesson's state in the page: code cells, how many ran, are queued or running, errors, and the
+# kernel's state in the notebook's toolbar (it says "idle" before the kernel has told anything).
 CELL_STATE_JS = """() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   if (!panel) return null;
   const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
   const errors = [...panel.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')];
+  const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator');
   return {cells: prompts.length, ran: prompts.filter(p => /^\\[\\d+\\]/.test(p)).length,
-          busy: prompts.filter(p => p.includes('*')).length, errors: errors.map(e => e.innerText.slice(-1500))};
+          busy: prompts.filter(p => p.includes('*')).length, errors: errors.map(e => e.innerText.slice(-1500)),
+          kernel: indicator ? indicator.dataset.status : null};
 }"""
+
+# JupyterLab as the student sees it, and the server's sessions as its REST API lists them (asked
+# from the page, as JupyterLab asks: its cookie and its XSRF token). Never waits more than 5 s.
+LAB_STATE_JS = """async (api) => {
+  const tabs = [...document.querySelectorAll('#jp-main-dock-panel .lm-TabBar-tabLabel')].map(t => t.textContent);
+  const bar = document.querySelector('#jp-main-statusbar');
+  const xsrf = decodeURIComponent((document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]*)/) || [])[1] || '');
+  const ask = fetch(api + 'sessions', {headers: {'X-XSRFToken': xsrf}})
+    .then(r => r.ok ? r.json() : `GET ${api}sessions: HTTP ${r.status}`)
+    .then(list => typeof list === 'string' ? list : list.map(s => ({
+      path: s.path, kernel: s.kernel ? s.kernel.id : null, state: s.kernel ? s.kernel.execution_state : null,
+      connections: s.kernel ? s.kernel.connections : 0})))
+    .catch(e => `GET ${api}sessions: ${e}`);
+  const late = new Promise(done => setTimeout(() => done(`GET ${api}sessions: no answer in 5 s`), 5000));
+  return {url: location.pathname, tabs, statusbar: bar ? bar.innerText.replace(/\\s+/g, ' ') : null,
+          sessions: await Promise.race([ask, late])};
+}"""
+
+
+def lab_state(page) -> dict[str, Any]:
+    """The page's JupyterLab (LAB_STATE_JS and CELL_STATE_JS together), or what kept it from answering."""
+    try:
+        return {**page.evaluate(LAB_STATE_JS, f"/user/{USER}/api/"), "lesson": page.evaluate(CELL_STATE_JS)}
+    except Exception as err:  # the page is gone, elsewhere or stuck
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def lesson_sessions(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The server's sessions for the lesson (all of them if the server could not be asked)."""
+    sessions = state.get("sessions")
+    return [s for s in sessions if s["path"] == LESSON] if isinstance(sessions, list) else []
+
+
+def kernel_ready(state: dict[str, Any]) -> bool:
+    """One tab and one server session for the lesson; its kernel idle, with this page connected to it."""
+    sessions = lesson_sessions(state)
+    tabs = [t for t in state.get("tabs", []) if t == Path(LESSON).name]
+    return (len(tabs) == len(sessions) == 1 and sessions[0]["state"] == "idle" and sessions[0]["connections"] >= 1
+            and (state.get("lesson") or {}).get("kernel") == "idle")
+
+
+def describe_lab(state: dict[str, Any]) -> str:
+    """lab_state() in a few lines."""
+    if "error" in state:
+        return f"(the page did not answer: {state['error']})"
+    lesson = state.get("lesson") or {}
+    lines = [f"at {state['url']}; tabs: {state['tabs']}", f"status bar: {state['statusbar']}",
+             f"lesson: {lesson.get('cells')} code cells on the page, {lesson.get('ran')} ran, "
+             f"{lesson.get('busy')} queued or running; kernel in the toolbar: {lesson.get('kernel')}"]
+    sessions = state["sessions"]
+    if isinstance(sessions, str):
+        lines.append(f"server sessions: {sessions}")
+    else:
+        lines += [f"server sessions: {len(sessions)}"] + [
+            f"  {s['path']}: kernel {s['kernel']} {s['state']}, {s['connections']} connection(s)" for s in sessions]
+    return "\n".join(lines)
 
 
 def wait_until(what: str, probe, timeout: float, hub: Portal, ready=bool, poll: float = 1.0):
@@ -225,6 +301,15 @@ def server_job() -> str | None:
     return None
 
 
+def peak_memory(job_id: str) -> str:
+    """The server step's peak memory so far and the job's memory (sstat; empty where there is none)."""
+    res = as_student("sstat", "-n", "-P", "-j", f"{job_id}.0", "-o", "MaxRSS")
+    mem = as_student("squeue", "-h", "-j", job_id, "-o", "%m")
+    if res.returncode != 0 or not res.stdout.strip():
+        return ""
+    return f"server peak memory {res.stdout.strip()} of {mem.stdout.strip() or '?'}"
+
+
 def job_steps(job_id: str) -> list[str]:
     """The steps of a job in sacct (``batch``, ``0``, ...)."""
     res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID")
@@ -243,21 +328,23 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
         try:
             page.set_default_timeout(60_000)
             expect.set_options(timeout=60_000)
+            portal.page = page
             t0 = time.monotonic()
-            page.goto(f"{portal.url}/hub/login")
+            # the link: log in, start the server (a Slurm job), then open the lesson in it
+            spawn = "/hub/spawn?" + urllib.parse.urlencode({"next": LESSON_URL})
+            page.goto(f"{portal.url}/hub/login?" + urllib.parse.urlencode({"next": spawn}))
             page.fill("#username_input", USER)
             page.fill("#password_input", portal.password)
             page.click("#login_submit")
-            # the hub submits the server job and sends the browser on to JupyterLab once it answers
-            page.wait_for_url(re.compile(rf"/user/{USER}/lab"), timeout=SPAWN_S * 1000)
+            # the hub submits the server job and sends the browser on to the lesson once it answers
+            page.wait_for_url(re.compile(re.escape(LESSON_URL) + "$"), timeout=SPAWN_S * 1000)
             times["login to JupyterLab"] = time.monotonic() - t0
-            job = wait_until("the server's Slurm job runs", server_job, 30, portal)
+            job = portal.job = wait_until("the server's Slurm job runs", server_job, 30, portal)
 
             t1 = time.monotonic()
-            page.goto(f"{portal.url}/user/{USER}/lab/tree/{LESSON}?reset")
+            wait_until("the lesson's kernel is idle and connected, once", lambda: lab_state(page), KERNEL_S, portal,
+                       ready=kernel_ready)
             notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(
-                1, timeout=120_000)
             run_all_cells(page, notebook)
 
             def lesson_state():
@@ -284,6 +371,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
                                ready=lambda cells: all(c.execution_count for c in cells))
             page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))  # the run lesson
             steps = job_steps(job)  # the lesson's srun asked for jobs of its own
+            memory = peak_memory(job)
 
             t2 = time.monotonic()
             page.goto(f"{portal.url}/hub/home")
@@ -295,6 +383,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
         except Exception as err:  # a browser step failed (Playwright's errors, expect's AssertionError)
             pytest.fail(f"in the browser, at {page.url}: {type(err).__name__}: {err}\n{portal.diagnosis()}")
         finally:
+            portal.page = None
             with contextlib.suppress(Exception):  # the page as the test left it, if it still can be shown
                 page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}.png"), full_page=True, timeout=10_000)
             browser.close()
@@ -307,4 +396,5 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
     assert set(steps) <= {"batch", "extern", "0"}, f"the lesson ran steps in the server's job {job}: {steps}"
     errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
-    print(f"portal on the {VARIANT} Slurm: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    print(f"portal on the {VARIANT} Slurm: " + ", ".join([f"{k} {v:.1f} s" for k, v in times.items()]
+                                                         + ([memory] if memory else [])))
