@@ -139,7 +139,8 @@ test-real-course: setup
 # make portal: a workshop's JupyterHub on this machine (as root), in the foreground: a login page,
 # each user's notebook server a Slurm job. Ctrl-C stops the hub, the proxy and the servers' jobs.
 # Settings (README "A portal for a workshop"; ci/portal.sh reads them from the environment):
-# PORTAL_USERS (a count or names), PORTAL_PASSWORD, PORTAL_PORT, PORTAL_SLURM (local|real), PORTAL_TIME.
+# PORTAL_USERS (a count or names), PORTAL_PASSWORD, PORTAL_PORT, PORTAL_SLURM (local|real), PORTAL_TIME,
+#            PORTAL_MEM.
 portal: setup
 	bash ci/portal.sh install
 	bash ci/portal.sh run

@@ -16,6 +16,7 @@
 #                    proxy's API take the next two ports
 #   PORTAL_SLURM     local (default: each user's own local Slurm) or real (the Slurm on PATH)
 #   PORTAL_TIME      each server job's time limit (default 8:00:00)
+#   PORTAL_MEM       each server job's memory (sbatch --mem; default 2G)
 #   PORTAL_PREFIX    the course install the users run (default /opt/hpcnb-portal)
 #   PORTAL_STATE     the hub's database, cookie secret and password (default .portal/state)
 # Each user's lessons: ~/hpcnb-course (notebooks/, exercises/), copied once; later installs add new
@@ -129,7 +130,7 @@ cmd_run() {
         HPCNB_PORTAL_STATE="$STATE" HPCNB_PORTAL_VENV="$COURSE/.venv" HPCNB_PORTAL_USERS="$users" \
         HPCNB_PORTAL_PASSWORD_FILE="$STATE/password" HPCNB_PORTAL_PORT="$PORT" \
         HPCNB_PORTAL_HUB_PORT=$((PORT + 1)) HPCNB_PORTAL_PROXY_API_PORT=$((PORT + 2)) \
-        HPCNB_PORTAL_PROXY="$PROXY" HPCNB_PORTAL_TIME="${PORTAL_TIME:-8:00:00}" \
+        HPCNB_PORTAL_PROXY="$PROXY" HPCNB_PORTAL_TIME="${PORTAL_TIME:-8:00:00}" HPCNB_PORTAL_MEM="${PORTAL_MEM:-2G}" \
         HPCNB_PORTAL_COURSE_DIR="$COURSE_DIR" \
         "$HERE/.venv/bin/jupyterhub" -f "$HERE/ci/portal/jupyterhub_config.py"
 }

@@ -51,6 +51,8 @@ c.SlurmSpawner.exec_prefix = "/usr/sbin/runuser -u {username} --"
 c.Spawner.env_keep = ["PATH", "LANG", "HPCNB_SLURM", "HPCNB_BIN_DIR"]
 c.SlurmSpawner.req_runtime = setting("TIME")
 c.SlurmSpawner.req_nprocs = "1"
+# a server with a kernel or two peaks near 400 MB: one CPU's default (500 MB per CPU) is too tight
+c.SlurmSpawner.req_memory = setting("MEM")
 c.SlurmSpawner.batchspawner_singleuser_cmd = str(venv / "bin" / "batchspawner-singleuser")
 c.Spawner.cmd = [str(venv / "bin" / "jupyterhub-singleuser")]
 c.Spawner.notebook_dir = "~/" + setting("COURSE_DIR")
