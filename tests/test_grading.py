@@ -351,30 +351,40 @@ def test_autograde_refuses_bad_input(tmp_path: Path, capsys) -> None:
 
 # ---------------------------------------------------------------- the real solutions/ notebooks
 
-def _stems(half: int) -> list:
-    """Every other solution notebook (the two halves are graded on two xdist workers)."""
-    return sorted(REAL)[half::2] or [pytest.param("none", marks=pytest.mark.skip("no solutions/ yet"))]
+SHARES = 3  # make test's xdist workers (-n 3)
 
 
-# The slowest tests of the suite (every solution notebook run 2 + exercises times), in two classes
-# (odd and even lessons) so that ``--dist loadscope`` (make test) grades the halves side by side.
-SLOW_GRADING = [pytest.mark.slow, pytest.mark.timeout(1800)]
+def _stems(share: int) -> list:
+    """One share of the solution notebooks (each share is graded on its own xdist worker)."""
+    return sorted(REAL)[share::SHARES] or [pytest.param("none", marks=pytest.mark.skip("no solutions/ yet"))]
 
 
-class TestAutogradeOddLessons:
-    pytestmark = SLOW_GRADING
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.function.__name__ == "test_autograde_real_solution":
+        metafunc.parametrize("stem", _stems(metafunc.cls.share))
 
-    @pytest.mark.parametrize("stem", _stems(0))
+
+class _AutogradeShare:
+    """The slowest tests of the suite (every solution notebook run 2 + exercises times), in one class
+    per share so that ``--dist loadscope`` (make test) grades the shares side by side."""
+
+    pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+    share = 0
+
     def test_autograde_real_solution(self, stem: str, tmp_path: Path) -> None:
         autograde_real_solution(stem, tmp_path)
 
 
-class TestAutogradeEvenLessons:
-    pytestmark = SLOW_GRADING
+class TestAutogradeShare1(_AutogradeShare):
+    share = 0
 
-    @pytest.mark.parametrize("stem", _stems(1))
-    def test_autograde_real_solution(self, stem: str, tmp_path: Path) -> None:
-        autograde_real_solution(stem, tmp_path)
+
+class TestAutogradeShare2(_AutogradeShare):
+    share = 1
+
+
+class TestAutogradeShare3(_AutogradeShare):
+    share = 2
 
 
 def autograde_real_solution(stem: str, tmp_path: Path) -> None:
