@@ -46,7 +46,6 @@ __all__ = [
     "SlurmWarning",
     "SubmitError",
     "follow_queue",
-    "format_size",
     "parse_elapsed",
     "parse_size",
     "queue",
@@ -100,8 +99,6 @@ class SlurmWarning(UserWarning):
 #: Public names of the parsers of what Slurm's commands print (:mod:`hpcnb.slurm`).
 parse_elapsed = parse_printed
 parse_size = parse_printed_size
-format_size = format_rounded_size
-_duration = parse_printed_seconds
 
 
 def _stamp(text: str) -> datetime | None:
@@ -371,7 +368,7 @@ class Efficiency:
         job_id, state, code, elapsed, nnodes, ncpus, total_cpu, req_mem, _ = jobs[0]
         peaks = [size for r in rows if (size := parse_size(r[8])) is not None]
         return cls(job_id, _base_state(state), code, parse_elapsed(elapsed), int(nnodes or 0), int(ncpus or 0),
-                   _duration(total_cpu), parse_size(req_mem), max(peaks) if peaks else None)
+                   parse_printed_seconds(total_cpu), parse_size(req_mem), max(peaks) if peaks else None)
 
     @property
     def req_mem_per_node(self) -> int | None:
@@ -419,9 +416,9 @@ class Efficiency:
             f"CPU utilized: {used}",
             "CPU efficiency: " + ("n/a" if cpu is None else
                                   f"{cpu:.1%} of {(self.elapsed or 0) * self.ncpus} s core-walltime"),
-            "Memory utilized (peak): " + ("not recorded" if self.peak_rss is None else format_size(self.peak_rss)),
+            "Memory utilized (peak): " + ("not recorded" if self.peak_rss is None else format_rounded_size(self.peak_rss)),
             "Memory efficiency: " + ("n/a" if mem is None else
-                                     f"{mem:.1%} of {format_size(self.req_mem_per_node or 0)} per node"),
+                                     f"{mem:.1%} of {format_rounded_size(self.req_mem_per_node or 0)} per node"),
         ]
         if self.hit_memory_limit:
             lines.append("  (stopped at its memory limit: it needed more than it asked for)")

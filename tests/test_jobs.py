@@ -19,18 +19,17 @@ from hpcnb.jobs import (
     QueueRow,
     SlurmError,
     SubmitError,
-    _duration,
     _expand_ids,
     _summarize,
     _tasks_of,
-    format_size,
     parse_elapsed,
     parse_size,
     queue,
     submit,
 )
 from hpcnb.jobscript import JobScript
-from hpcnb.slurm.times import format_cpu_time
+from hpcnb.slurm.sizes import format_rounded_size
+from hpcnb.slurm.times import format_cpu_time, parse_printed_seconds
 
 WAIT = 60  # seconds; a test that needs this long has failed anyway
 
@@ -63,7 +62,7 @@ def test_parse_size(text: str, size: int | None) -> None:
     ("00:00.412", 0.412), ("01:02.5", 62.5), ("00:00:00", 0), ("01:02:03", 3723), ("1-00:00:01", 86401), ("", None),
 ])
 def test_cpu_times_keep_their_fraction(text: str, seconds: float | None) -> None:
-    assert _duration(text) == seconds
+    assert parse_printed_seconds(text) == seconds
 
 
 @pytest.mark.parametrize("seconds, text", [
@@ -72,14 +71,14 @@ def test_cpu_times_keep_their_fraction(text: str, seconds: float | None) -> None
 ])
 def test_total_cpu_is_printed_as_sacct_does_and_read_back(seconds: float, text: str) -> None:
     assert format_cpu_time(seconds) == text
-    assert _duration(text) == (round(seconds) if seconds >= 3600 else seconds)
+    assert parse_printed_seconds(text) == (round(seconds) if seconds >= 3600 else seconds)
 
 
 @pytest.mark.parametrize("size, text", [
     (0, "0"), (1023, "1023"), (2048, "2.0K"), (269312 * 1024, "263.0M"), (3 * 1024**3 // 2, "1.5G"),
 ])
 def test_format_size_uses_sacct_units(size: int, text: str) -> None:
-    assert format_size(size) == text
+    assert format_rounded_size(size) == text
 
 
 OOM_LINES = """\
