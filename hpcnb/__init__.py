@@ -20,6 +20,9 @@ _LAZY = {
     "which_slurm": "hpcnb.backend",
     "setup": "hpcnb.lessons",
     "work_folder": "hpcnb.lessons",
+    "write_jobscript": "hpcnb.lessons.jobscripts",
+    "processes_per_node": "hpcnb.lessons.jobscripts",
+    "gpu_options": "hpcnb.lessons.jobscripts",
 }
 
 

@@ -217,6 +217,12 @@ def test_missing_field_is_named(tmp_path: Path, old: str, new: str, field: str) 
     assert err.field == field and f"'{field}'" in str(err) and "missing" in str(err)
 
 
+@pytest.mark.parametrize("shebang", ["bash", "#!bash", "#!/bin/bash; rm -rf ~"])
+def test_a_shebang_that_is_no_absolute_interpreter_is_refused(tmp_path: Path, shebang: str) -> None:
+    err = error_for(broken(tmp_path, "slurm_tmpdir = false", f"slurm_tmpdir = false\nshebang = {shebang!r}"))
+    assert err.field == "shebang" and "#!/bin/bash -l" in str(err)
+
+
 def test_missing_nodes_section(tmp_path: Path) -> None:
     text = MINIMAL[: MINIMAL.index("[[nodes]]")].replace('nodes = "n[1-2]"\n', "")
     err = error_for(write(tmp_path, text))

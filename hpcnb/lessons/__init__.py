@@ -28,16 +28,21 @@ def setup(workdir: str | None = None) -> Path | None:
       leave this kernel, saying so once: ``srun`` in a cell then asks for an allocation of its
       own, as on a login node, instead of running as a step of the server's job, and new jobs
       do not inherit the server's memory or CPU settings;
+    * ``%%jobscript FILE [--gpus-per-node N]`` writes a cell as a job script for the site in
+      ``HPCNB_PROFILE`` (:mod:`hpcnb.lessons.jobscripts`);
     * with ``workdir``: :func:`work_folder` (returned).
     """
     import hpcnb
     from hpcnb.backend import slurm_env, which_slurm, without_job_variables
+    from hpcnb.lessons.jobscripts import register_magic
 
     env = without_job_variables(slurm_env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     os.environ.clear()
     os.environ.update(env)
-    print(f"hpcnb {hpcnb.__version__} talks to the {which_slurm()} Slurm; sbatch is {shutil.which('sbatch')}")
+    register_magic()
+    print(f"hpcnb {hpcnb.__version__} talks to the {which_slurm()} Slurm; sbatch is {shutil.which('sbatch')}; "
+          f"site profile: {os.environ.get('HPCNB_PROFILE') or 'local'}")
     return None if workdir is None else work_folder(workdir)
 
 

@@ -207,6 +207,7 @@ class Profile:
     modules: dict[str, str] = field(hash=False)  # purpose -> module load line
     jupyter: str  # where/how Jupyter runs, one or two sentences; "" = the guide does not say
     slurm_tmpdir: bool  # site provides $SLURM_TMPDIR (Alliance does; plain Slurm does not)
+    shebang: str = "#!/bin/bash"  # a job script's first line there ("#!/bin/bash -l": a login shell, for `module`)
     def_mem_per_cpu_mb: int = 500
     kill_wait_s: int = 2
     cluster_name: str = "hpcnb"
@@ -414,6 +415,13 @@ def _slurm_version(ctx: _Ctx, where: str, value: str | None) -> str | None:
         parse_slurm_version(value)
     except ValueError as exc:
         raise ctx.error(where, str(exc), 'write the site\'s Slurm major release in quotes, e.g. "24.05"') from None
+    return value
+
+
+def _shebang(ctx: _Ctx, value: str) -> str:
+    if not re.fullmatch(r"#!/\S+( -\w+)*", value):
+        raise ctx.error("shebang", f"{value!r} is not a #! line with an absolute path",
+                        'write e.g. shebang = "#!/bin/bash -l"')
     return value
 
 
@@ -626,6 +634,7 @@ def _build_profile(ctx: _Ctx, data: dict[str, Any], stem: str) -> Profile:
         modules=modules,
         jupyter=t.req("jupyter", str),
         slurm_tmpdir=t.req("slurm_tmpdir", bool),
+        shebang=_shebang(ctx, t.opt("shebang", str, "#!/bin/bash")),
         def_mem_per_cpu_mb=_positive(ctx, "def_mem_per_cpu_mb",
                                      t.opt("def_mem_per_cpu_mb", int, 500), "def_mem_per_cpu_mb"),
         kill_wait_s=_non_negative(ctx, "kill_wait_s", t.opt("kill_wait_s", int, 2), "kill_wait_s"),
