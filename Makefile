@@ -3,7 +3,7 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-lessons, test-mutants, test-parity and test-real-course (after real-slurm-up),
+# Other targets: setup, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
 #                "A portal for a workshop"), clean.
@@ -27,7 +27,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-lessons test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
+.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
@@ -110,6 +110,15 @@ test: setup
 # HPCNB_SLURM_VERSION=22.05 it behaves as that release instead of the profile's (24.11).
 test-lessons: setup
 	$(nbval-lessons)
+
+# make test-lessons-site PROFILE=pizdaint: the lessons as make test runs them, on a local Slurm made
+# from that site's profile (partitions, project rule, GPUs per node, no SLURM_TMPDIR...): every job
+# script is the site's (%%jobscript). Cells that show the chosen site run but are not compared with
+# the local recording (conftest.py); every other checked output is.
+PROFILE ?= narval
+test-lessons-site: setup
+	$(nbval-lessons)
+test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
 # each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs

@@ -46,3 +46,21 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         tail = text if len(text) <= 4000 else "...\n" + text[-4000:]
         print(f"\n--- FAILED {report.nodeid} ({report.when}), as it happened:\n{tail}\n---",
               file=sys.stderr, flush=True)
+
+
+def _site_lane() -> str | None:
+    """The site profile a run of the course's notebooks emulates (``HPCNB_PROFILE``), unless local."""
+    profile = os.environ.get("HPCNB_PROFILE") or "local"
+    return None if profile == "local" else profile
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under another site's profile (``make test-lessons-site PROFILE=narval``), a cell that shows the
+    chosen site (its source names ``PROFILE``) prints that site's facts, not the local ones its
+    stored output was recorded with: such a cell must run without an error, its output is not
+    compared. Every other checked cell is compared as usual."""
+    if _site_lane() is None:
+        return
+    for item in items:
+        if type(item).__name__ == "IPyNbCell" and "PROFILE" in item.cell.source:
+            item.compare_outputs = lambda test, ref, skip_compare=None: True

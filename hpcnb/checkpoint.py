@@ -33,17 +33,19 @@ A job-side loop::
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
-    "preempt", "requeue_demo_timing",
+    "measure_startup", "preempt", "requeue_demo_timing",
     "CHECKPOINT_NAME", "Checkpointer", "SignalGuard", "atomic_save", "latest_checkpoint",
     "list_checkpoints", "load_checkpoint", "requeue_job", "restart_count",
 ]
@@ -245,14 +247,28 @@ def requeue_job(job_id: str | None = None) -> bool:
     return True
 
 
-def requeue_demo_timing() -> tuple[float, str, int]:
+def requeue_demo_timing(startup_s: float | None = None) -> tuple[float, str, int]:
     """Lesson 12: (seconds per training step, ``--time``, ``--signal`` warning in s) for jobs that
-    must be warned and requeued within a few minutes. The local Slurm keeps time to the second:
-    20 s jobs warned 8 s before their end. A real Slurm counts ``--time`` in minutes and may send
-    the ``--signal`` up to 60 s early: 3-minute jobs warned 90 s before their end."""
+    must be warned and requeued within a few minutes. A real Slurm counts ``--time`` in minutes and
+    may send the ``--signal`` up to 60 s early: 3-minute jobs warned 90 s before their end. The
+    local Slurm keeps time to the second: 20 s jobs warned 8 s before their end, longer where the
+    training script takes more than 2 s to start (``startup_s``, measured here when not given: a
+    busy machine), so that each run still trains some steps and no run can do them all."""
     from hpcnb.backend import which_slurm
 
-    return (0.05, "0:20", 8) if which_slurm() == "local" else (0.5, "0:03:00", 90)
+    if which_slurm() != "local":
+        return 0.5, "0:03:00", 90
+    slow = max(0.0, (measure_startup() if startup_s is None else startup_s) - 2)
+    limit = 20 + math.ceil(2 * slow)
+    return round(0.05 * limit / 20, 3), f"{limit // 60}:{limit % 60:02d}", 8
+
+
+def measure_startup() -> float:
+    """Seconds a fresh Python takes to import torch and the checkpoint helpers here, now (lesson 12)."""
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch, hpcnb.checkpoint"], check=True, timeout=300,
+                   capture_output=True)
+    return time.monotonic() - began
 
 
 def preempt(job_id: str | int) -> None:

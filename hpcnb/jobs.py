@@ -50,6 +50,7 @@ __all__ = [
     "parse_size",
     "queue",
     "submit",
+    "until",
 ]
 
 #: Slurm's terminal job states (``CANCELLED by 1000`` counts as CANCELLED).
@@ -594,6 +595,23 @@ def follow_queue(user: str | None = None, listener: Callable[[poller.Answer], No
     if user:
         check_text(user, "follow_queue(user)", where="the squeue command line")
     return _watcher().follow(("queue", user or ""), listener, poll=poll)
+
+
+def until(condition: Callable[[], Any], *, timeout: float = 120.0, poll: float = 0.2, what: str = "the condition",
+          job: int | str | None = None) -> Any:
+    """Poll ``condition()`` until it is true and return its value (lessons 1, 3, 4 and 5: wait for a
+    job to reach a state, a checkpoint to appear). After ``timeout`` s raise TimeoutError saying
+    ``what`` was awaited and, with ``job``, what squeue says of it: no wait hangs."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            seen = ""
+            if job is not None:
+                shown = _slurm(["squeue", "-j", str(job), "-o", "%i %T %r %N"])
+                seen = f"; squeue -j {job}: {(shown.stdout + shown.stderr).strip() or '(nothing)'}"
+            raise TimeoutError(f"waited {timeout:g} s for {what}{seen}")
+        time.sleep(poll)
+    return value
 
 
 # --------------------------------------------------------------------------------- Job

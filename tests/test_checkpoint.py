@@ -275,4 +275,19 @@ def test_preempt_uses_the_local_admin_command_or_a_requeue(monkeypatch: pytest.M
     with pytest.raises(RuntimeError, match="could not preempt job 42: slurm_requeue error: Invalid job id"):
         checkpoint.preempt(42)
     assert seen[0].endswith(command)
-    assert checkpoint.requeue_demo_timing()[1] == ("0:20" if slurm == "local" else "0:03:00")
+    assert checkpoint.requeue_demo_timing(1.5)[1] == ("0:20" if slurm == "local" else "0:03:00")
+
+
+def test_a_slow_start_gets_longer_local_jobs_that_still_need_several_runs(monkeypatch):
+    """Lesson 12 under load: each run must still start, train some steps and not all 240."""
+    import hpcnb.backend
+    import hpcnb.checkpoint as checkpoint
+
+    monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "local")
+    for startup in (0.5, 3.0, 8.0, 15.0, 40.0):
+        step_s, limit, warn = checkpoint.requeue_demo_timing(startup)
+        minutes, seconds = map(int, limit.split(":"))
+        seconds += 60 * minutes
+        window = seconds - warn - startup  # training time of a run that started as fast as measured
+        assert 0 < window < 240 * step_s, (startup, limit, step_s)
+        assert seconds - warn - 1.5 * startup > 0  # room for a start 50 % slower than measured

@@ -480,3 +480,20 @@ def test_job_api_talks_to_slurm_only_through_its_commands(workdir: Path) -> None
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+def test_until_returns_the_value_or_says_what_it_waited_for(monkeypatch):
+    from hpcnb import jobs
+
+    answers = iter([0, "", "ready"])
+    assert jobs.until(lambda: next(answers), poll=0.01) == "ready"
+    shown = []
+
+    def squeue(args, **_):
+        shown.append(args)
+        return subprocess.CompletedProcess(args, 0, "JOBID STATE REASON NODELIST\n7 PENDING Priority \n", "")
+
+    monkeypatch.setattr(jobs, "_slurm", squeue)
+    with pytest.raises(TimeoutError, match=r"(?s)waited 0.05 s for job 7 to run; squeue -j 7: .*7 PENDING Priority"):
+        jobs.until(lambda: False, timeout=0.05, poll=0.01, what="job 7 to run", job=7)
+    assert shown[0][:3] == ["squeue", "-j", "7"]

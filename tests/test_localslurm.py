@@ -271,3 +271,17 @@ def test_sacct_total_cpu_counts_the_jobs_processes(workdir: Path) -> None:
     total = rows[0].split("|")[1]
     assert re.fullmatch(r"00:0\d\.\d{3}", total), rows
     assert 0.3 <= float(total.split(":")[1]) < 5, rows
+
+
+def test_input_environment_variables_sit_between_the_script_and_the_command_line():
+    """sbatch(1): environment variables override #SBATCH lines, the command line overrides both
+    (the parity case test_input_environment_variables checks the same against a real Slurm)."""
+    from hpcnb.localslurm.commands.options import build_request
+
+    env = {"SBATCH_PARTITION": "short", "SBATCH_ACCOUNT": "proj", "SALLOC_PARTITION": "nope"}
+    req, _ = build_request("sbatch", ["job.sh"], ["--partition=debug"], env)
+    assert (req.partition, req.account) == ("short", "proj")
+    req, _ = build_request("sbatch", ["-p", "debug", "job.sh"], None, env)
+    assert req.partition == "debug"
+    req, _ = build_request("srun", ["true"], None, {**env, "SLURM_PARTITION": "long"})
+    assert (req.partition, req.account) == ("long", None)

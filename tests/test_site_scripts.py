@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hpcnb.lessons.jobscripts import (
-    for_site, gpu_options, gpus_per_node, jobscript_magic, partition_for, processes_per_node,
+    for_site, gpu_options, gpus_per_node, jobscript_magic, partition_for, processes_per_node, site_environment,
 )
 from hpcnb.lint import ERROR, lint_text
 from hpcnb.sites import list_profiles, load_profile
@@ -173,3 +173,25 @@ def test_submit_options_and_processes_follow_the_site(monkeypatch):
     assert processes_per_node(2) == 1
     monkeypatch.setenv("HPCNB_PROFILE", "hpc2n")
     assert processes_per_node(2) == 2
+
+
+def test_the_site_environment_gives_every_job_its_project_and_constraint(tmp_path):
+    """hpcnb.setup() exports these, so that `!sbatch --wrap` and `!salloc` in a lesson are accepted
+    at a site that wants a project on every job; the local Slurm reads them as Slurm does."""
+    assert site_environment("local") == {} == site_environment("stability")  # --comment: no variable
+    assert site_environment("narval", "rrg-x") == {"SBATCH_ACCOUNT": "def-rrg-x", "SALLOC_ACCOUNT": "def-rrg-x",
+                                                   "SLURM_ACCOUNT": "def-rrg-x"}
+    assert site_environment("pizdaint")["SLURM_CONSTRAINT"] == "gpu"
+    env = {**os.environ, "HPCNB_STATE_DIR": str(tmp_path / "state"), "HPCNB_PROFILE": "narval"}
+
+    def sbatch(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sbatch", "--test-only", "--wrap", "true"], capture_output=True, text=True,
+                              env={**env, **extra}, cwd=tmp_path, timeout=60)
+    try:
+        refused = sbatch()
+        assert refused.returncode == 1 and "--account" in refused.stderr
+        assert sbatch(**site_environment("narval")).returncode == 0
+        assert sbatch(SALLOC_ACCOUNT="def-x").returncode == 1  # salloc's variable is not sbatch's
+    finally:
+        subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "stop"], env=env, capture_output=True,
+                       timeout=60)

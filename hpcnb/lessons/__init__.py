@@ -28,21 +28,27 @@ def setup(workdir: str | None = None) -> Path | None:
       leave this kernel, saying so once: ``srun`` in a cell then asks for an allocation of its
       own, as on a login node, instead of running as a step of the server's job, and new jobs
       do not inherit the server's memory or CPU settings;
+    * the site's project and required directives for every job (``SBATCH_ACCOUNT``...,
+      :func:`hpcnb.lessons.jobscripts.site_environment`), where the user has not set them;
     * ``%%jobscript FILE [--gpus-per-node N]`` writes a cell as a job script for the site in
       ``HPCNB_PROFILE`` (:mod:`hpcnb.lessons.jobscripts`);
     * with ``workdir``: :func:`work_folder` (returned).
     """
     import hpcnb
     from hpcnb.backend import slurm_env, which_slurm, without_job_variables
-    from hpcnb.lessons.jobscripts import register_magic
+    from hpcnb.lessons.jobscripts import register_magic, site_environment
 
     env = without_job_variables(slurm_env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     os.environ.clear()
     os.environ.update(env)
+    site = {k: v for k, v in site_environment().items() if k not in env}
+    os.environ.update(site)
     register_magic()
     print(f"hpcnb {hpcnb.__version__} talks to the {which_slurm()} Slurm; sbatch is {shutil.which('sbatch')}; "
-          f"site profile: {os.environ.get('HPCNB_PROFILE') or 'local'}")
+          f"site profile: {os.environ.get('HPCNB_PROFILE') or 'local'}"
+          + (f" (for every job: {', '.join(f'{k}={v}' for k, v in site.items() if k.startswith('SBATCH'))},"
+             " and the same for salloc and srun)" if site else ""))
     return None if workdir is None else work_folder(workdir)
 
 

@@ -39,7 +39,7 @@ from hpcnb.slurm.gpus import parse_gpus
 from hpcnb.slurm.options import parse_args
 
 __all__ = ["SiteScript", "for_site", "gpu_options", "gpus_per_node", "jobscript_magic", "partition_for", "processes_per_node",
-           "write_jobscript"]
+           "site_environment", "write_jobscript"]
 
 PROJECT_VAR = "HPCNB_PROJECT"
 UNNAMED_PARTITION = "default"  # a profile's stand-in where its guide names no partition: none is asked for
@@ -117,6 +117,27 @@ def _account_line(profile: Profile, project: str) -> str | None:
         return None
     option, _, example = profile.account_directive.partition("=")
     return f"{option}={re.sub(r'<[^>]*>', project, example) if '<' in example else project}"
+
+
+#: what sbatch, salloc and srun read from the environment (their "INPUT ENVIRONMENT VARIABLES")
+_INPUT_PREFIXES = ("SBATCH", "SALLOC", "SLURM")
+_INPUT_OPTIONS = ("account", "partition", "constraint")
+
+
+def site_environment(profile: Profile | str | None = None, project: str | None = None) -> dict[str, str]:
+    """The variables that give every job of this kernel the site's project and required directives,
+    ``!sbatch --wrap`` and ``!salloc`` included: ``SBATCH_ACCOUNT``, ``SALLOC_ACCOUNT``,
+    ``SLURM_ACCOUNT`` (srun), ``*_CONSTRAINT``... (``hpcnb.setup()``, every lesson). A form Slurm
+    reads from no variable (Stability's ``--comment``) must be in each script."""
+    site = profile if isinstance(profile, Profile) else load_profile(profile)
+    project = project or os.environ.get(PROJECT_VAR) or "demo"
+    lines = [*site.required_directives, _account_line(site, project) if site.account_required else None]
+    env: dict[str, str] = {}
+    for line in filter(None, lines):
+        option, _, value = line.removeprefix("--").partition("=")
+        if option in _INPUT_OPTIONS and value:
+            env.update({f"{prefix}_{option.upper()}": value for prefix in _INPUT_PREFIXES})
+    return env
 
 
 def _nodes(text: str) -> int:

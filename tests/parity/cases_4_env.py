@@ -115,3 +115,33 @@ def test_slurm_tmpdir_is_local_only(sides) -> None:
     loc, rea = got["local"]["batch"], got["real"]["batch"]
     intentional("env: SLURM_TMPDIR in the batch shell", "slurm_tmpdir", "SLURM_TMPDIR" in loc,
                 "SLURM_TMPDIR" in rea, True, False)
+
+
+# name: (command line, input environment variables, the script's own #SBATCH partition or None)
+INPUT_CASES = {
+    "sbatch-env-over-script": (["sbatch"], {"SBATCH_PARTITION": "short"}, "debug"),
+    "sbatch-command-line-over-env": (["sbatch", "-p", "debug"], {"SBATCH_PARTITION": "short"}, None),
+    "salloc-env": (["salloc", "-n1"], {"SALLOC_PARTITION": "short"}, None),
+    "srun-env": (["srun", "-n1"], {"SLURM_PARTITION": "short"}, None),
+}
+SHOW_PARTITION = "echo $SLURM_JOB_PARTITION > partition.txt"
+
+
+@pytest.mark.parametrize("case", list(INPUT_CASES))
+def test_input_environment_variables(sides, case: str) -> None:
+    """sbatch/salloc/srun read SBATCH_*/SALLOC_*/SLURM_* (hpcnb.setup() sets a site's project that
+    way): over the script's #SBATCH line, under the command line."""
+    argv, env, in_script = INPUT_CASES[case]
+
+    def run(side: Side) -> str:
+        wd = side.workdir(f"input-{case}")
+        if argv[0] == "sbatch":
+            script = "#!/bin/bash\n" + (f"#SBATCH --partition={in_script}\n" if in_script else "") + SHOW_PARTITION
+            side.wait_done(side.sbatch(argv[1:], wd, script, env=env), wd)
+        else:
+            side.wait_no_completing(wd)
+            side.ok([*argv, "bash", "-c", SHOW_PARTITION], wd, env=env)
+        return (wd / "partition.txt").read_text()
+
+    got = on_both(sides, run)
+    assert got["local"] == got["real"], got

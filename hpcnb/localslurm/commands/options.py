@@ -1,9 +1,11 @@
 """Pieces shared by sbatch, srun and salloc: option parsing into a JobRequest, and its errors."""
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 
-from hpcnb.slurm.options import OptionError, parse_args
+from hpcnb.slurm.options import OptionError, lookup, parse_args
 
 from ..request import JobRequest, SubmitError, UsageError, apply_option
 from . import error
@@ -15,8 +17,18 @@ SUBMIT_FAILED = {
 }
 
 
-def build_request(command: str, argv: list[str], directives: list[str] | None = None) -> tuple[JobRequest, list[str]]:
-    """Options from ``#SBATCH`` lines first, then the command line (which wins). Raises UsageError/OptionError."""
+#: Input environment variables (sbatch(1), salloc(1), srun(1) "INPUT ENVIRONMENT VARIABLES"), the
+#: ones a site's login environment sets for every job: the project, the partition, a constraint.
+INPUT_VARIABLES = {
+    command: {f"{prefix}_{option.upper()}": option for option in ("account", "partition", "constraint")}
+    for command, prefix in (("sbatch", "SBATCH"), ("salloc", "SALLOC"), ("srun", "SLURM"))
+}
+
+
+def build_request(command: str, argv: list[str], directives: list[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> tuple[JobRequest, list[str]]:
+    """Options from ``#SBATCH`` lines first, then the input environment variables (``SBATCH_ACCOUNT``...),
+    then the command line (which wins), as Slurm reads them. Raises UsageError/OptionError."""
     req = JobRequest(command=command)
     opts, rest = parse_args(argv, command)
     if directives:
@@ -25,6 +37,10 @@ def build_request(command: str, argv: list[str], directives: list[str] | None = 
             raise UsageError(f"Invalid directive found in batch script: {leftover[0]}", exit_code=255)
         for spec, value in script_opts:
             apply_option(req, spec, value)
+    environ = os.environ if environ is None else environ
+    for variable, option in INPUT_VARIABLES[command].items():
+        if environ.get(variable):
+            apply_option(req, lookup(option, command), environ[variable])
     for spec, value in opts:
         apply_option(req, spec, value)
     return req, rest
