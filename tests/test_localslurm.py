@@ -9,6 +9,8 @@ import pytest
 
 from conftest import run
 
+from hpcnb.backend import local_bin_dir
+
 
 def submit(*args: str) -> int:
     done = run(["sbatch", "--parsable", *args])
@@ -285,3 +287,16 @@ def test_input_environment_variables_sit_between_the_script_and_the_command_line
     assert req.partition == "debug"
     req, _ = build_request("srun", ["true"], None, {**env, "SLURM_PARTITION": "long"})
     assert (req.partition, req.account) == ("long", None)
+
+
+def test_a_login_shell_job_finds_the_local_slurm_after_its_profile(workdir: Path) -> None:
+    """#!/bin/bash -l (Piz Daint's guide): /etc/profile resets PATH, as on a cluster, where srun
+    stays on it; the local srun must too, never another Slurm's. $0, arguments and exit code as sbatch's."""
+    (workdir / "login.sh").write_text('#!/bin/bash -l\n#SBATCH --output=login.out\n'
+                                      'echo "0=$0 args=$#:$2"; shopt -q login_shell && echo login\n'
+                                      'command -v srun; srun -n1 true && echo step ok\nexit 3\n')
+    done = run(["sbatch", "--wait", "login.sh", "a", "b c"])
+    assert done.returncode == 3, done.stderr
+    out = (workdir / "login.out").read_text().splitlines()
+    assert re.fullmatch(r"0=\S+/jobs/\d+/slurm_script args=2:b c", out[0]), out
+    assert out[1] == "login" and out[2].startswith(str(local_bin_dir())) and out[3] == "step ok", out

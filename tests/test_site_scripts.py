@@ -45,9 +45,10 @@ CELLS = _jobscript_cells()
 IDS = [f"{nb[:3]}{name}" for nb, name, _, _ in CELLS]
 
 
-#: job scripts written as they are: lesson 3b's examples of one named site each, lesson 3's broken
+#: job scripts written as they are: lesson 3b's examples of one named site each and its comparison of
+#: shebangs (which.sh; the site's project reaches it through SBATCH_ACCOUNT), lesson 3's broken
 #: script (the linter's exercise)
-AS_WRITTEN = {"conda.sh", "conda-home.sh", "apptainer.sh", "pyxis.sh", "sarus.sh", "alps.sh", "caches.sh", "broken.sh"}
+AS_WRITTEN = {"which.sh", "conda.sh", "conda-home.sh", "apptainer.sh", "pyxis.sh", "sarus.sh", "alps.sh", "caches.sh", "broken.sh"}
 
 
 def test_the_lessons_write_their_job_scripts_for_the_site():
@@ -113,6 +114,16 @@ def test_piz_daint_gets_a_login_shell_its_constraint_and_one_gpu_per_node():
     assert not [line for line in lines if "gres" in line or "--gpus" in line]
     assert (script.gpus_per_node, script.per_node) == (1, 1)
     assert "#SBATCH --ntasks-per-node=1" in lines
+
+
+def test_a_login_shell_site_activates_the_courses_environment_unless_the_script_loads_its_own():
+    lines = for_site(BODY, "pizdaint").text.splitlines()
+    activate = f'source "{sys.prefix}/bin/activate"   # the course\'s environment'
+    assert lines.index(activate) == 1 + max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))
+    assert lines[-1] == "srun echo ${per_node}"
+    own = for_site(BODY.replace("srun", "module load PyTorch\nsrun"), "pizdaint")
+    assert "activate" not in own.text and not [a for a in own.added if not a.startswith("#SBATCH")]
+    assert "activate" not in for_site(BODY, "narval").text  # its jobs keep the submitting PATH
 
 
 def test_a_site_without_gpus_runs_the_processes_on_cpus():

@@ -9,7 +9,9 @@ commands); the site's profile adds what differs from site to site, as its guide 
 * the project: ``--account=def-<PI>`` (Narval), ``--comment=<project>`` (Stability)...;
 * the directives the site requires (``--constraint=gpu`` on Piz Daint);
 * the GPUs, in the site's form (``--gres=gpu:N``, ``--gpus-per-node=V100:N``, ``--gpus=N`` for the
-  whole job, only ``--constraint=gpu`` on Piz Daint) and no more per node than its nodes have.
+  whole job, only ``--constraint=gpu`` on Piz Daint) and no more per node than its nodes have;
+* where the site's jobs start in a login shell (which resets PATH), a line that activates the
+  course's environment, unless the script loads its own (``module``, ``source``, ``conda``).
 
 In a script, ``{per_node}`` is the processes per node that follow from that: one per GPU granted,
 or the number asked for at a site without GPUs (the training then runs on CPUs).
@@ -30,6 +32,7 @@ import argparse
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,7 +154,8 @@ def _nodes(text: str) -> int:
 def for_site(text: str, profile: Profile | str | None = None, *, gpus_per_node_wanted: int = 0,
              project: str | None = None) -> SiteScript:
     """``text`` with the site's shebang and request lines added after its first line (a directive
-    the script already gives is kept and not added again), ``{per_node}`` filled in."""
+    the script already gives is kept and not added again), ``{per_node}`` filled in, and at a
+    login-shell site this kernel's environment activated before the first command."""
     site = profile if isinstance(profile, Profile) else load_profile(profile)
     project = project or os.environ.get(PROJECT_VAR) or "demo"
     granted = gpus_per_node(site, gpus_per_node_wanted)
@@ -165,10 +169,30 @@ def for_site(text: str, profile: Profile | str | None = None, *, gpus_per_node_w
     first, _, rest = text.partition("\n")
     if not first.startswith("#!"):
         first, rest = site.shebang, text
-    shebang = site.shebang if site.shebang.endswith(" -l") else first  # the site needs a login shell
+    login = site.shebang.endswith(" -l")  # the site's jobs start in a login shell: its PATH, not ours
+    shebang = site.shebang if login else first
     per_node = granted or max(gpus_per_node_wanted, 1)
     body = _PER_NODE.sub(str(per_node), rest)
-    return SiteScript("\n".join([shebang, *added, body]), site.name, tuple(added), granted, per_node)
+    text = "\n".join([shebang, *added, body])
+    if login and not _LOADS_ITS_OWN.search(body):
+        text, line = _with_environment(text)
+        added.append(line)
+    return SiteScript(text, site.name, tuple(added), granted, per_node)
+
+
+_LOADS_ITS_OWN = re.compile(r"^\s*(module|ml|source|conda|\.)\s", re.M)
+
+
+def _with_environment(script: str) -> tuple[str, str]:
+    """``script`` with this kernel's environment activated after its #SBATCH lines (sbatch reads
+    none after the first command), and that line."""
+    prefix = Path(sys.prefix)
+    line = (f'source "{prefix}/bin/activate"' if (prefix / "bin" / "activate").is_file()
+            else f'export PATH="{prefix}/bin:$PATH"') + "   # the course's environment"
+    lines = script.split("\n")
+    first_command = next((i for i, text in enumerate(lines) if text.strip() and not text.startswith("#")),
+                         len(lines))
+    return "\n".join([*lines[:first_command], line, *lines[first_command:]]), line
 
 
 def _magic_arguments(line: str) -> argparse.Namespace:

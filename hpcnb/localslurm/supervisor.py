@@ -537,7 +537,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     sup.err_fd = err_fd
     script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
-    pid = procs.spawn([script, *req.get("script_args", [])], env, workdir, (in_fd, out_fd, err_fd), True,
+    pid = procs.spawn(batch_argv(script, req.get("script_args", [])), env, workdir, (in_fd, out_fd, err_fd), True,
                       "SLURM_TASK_PID", f"slurmstepd-{sup.node}", rlimits=req.get("rlimits"))
     sup.mains[pid] = None
     now = time.time()
@@ -559,6 +559,29 @@ def _launch_batch(sup: Supervisor) -> Outcome:
             _log(f"[{job['id']}.batch] error: {message}")
             sup._say(f"error: {message}")  # lands only if there is room after all
     return outcome
+
+
+_LOGIN_BASH = re.compile(r"#![ \t]*(/\S*/bash)((?:[ \t]+-\S+)+)[ \t]*")
+
+
+def batch_argv(script: str, args: list[str]) -> list[str]:
+    """How the batch script starts: as its ``#!`` line says, except that a login bash (``#!/bin/bash -l``,
+    Piz Daint's guide) still finds the local Slurm's commands after its profile has reset PATH, as a
+    cluster's login PATH has ``srun``: the same bash and flags, then the commands' folder first on
+    PATH, then the script sourced with ``$0`` and its arguments as they would be."""
+    try:
+        with open(script, "rb") as fh:
+            first = fh.readline().decode("utf-8", "replace").rstrip("\n")
+    except OSError:
+        first = ""
+    login = _LOGIN_BASH.fullmatch(first)
+    flags = login.group(2).split() if login else []
+    if not any(f == "--login" or (not f.startswith("--") and "l" in f) for f in flags):
+        return [script, *args]
+    from hpcnb.backend import local_bin_dir
+
+    command = f'PATH="{local_bin_dir()}${{PATH:+:$PATH}}"; . "$0" "$@"'
+    return [login.group(1), *flags, "-c", command, script, *args]
 
 
 def _write_trouble(job: dict, req: dict, outputs: list[str]) -> tuple[str, str] | None:
