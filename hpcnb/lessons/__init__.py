@@ -6,7 +6,9 @@ Helpers that belong to one topic live with that topic and name their lesson in t
 holds what every notebook needs:
 
 * :func:`setup` — the first cell of every lesson and exercise notebook;
-* :func:`work_folder` — the folder a lesson's files and jobs work in.
+* :func:`work_folder` — the folder a lesson's files and jobs work in;
+* :mod:`hpcnb.lessons.jobscripts` — ``%%jobscript``: a lesson's job script with what the user's
+  site needs (shebang, partition, project, GPU request), from the site profile.
 """
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ from hpcnb.sites import Partition, Profile, expand_hostlist, load_profile
 from hpcnb.slurm.gpus import parse_gpus
 from hpcnb.slurm.options import parse_args
 
-__all__ = ["SiteScript", "for_site", "gpu_options", "gpus_per_node", "jobscript_magic", "partition_for", "processes_per_node",
-           "site_environment", "write_jobscript"]
+__all__ = ["SiteScript", "for_site", "gpu_options", "gpus_per_node", "jobscript_magic", "partition_for",
+           "processes_per_node", "site_environment", "write_jobscript"]
 
 PROJECT_VAR = "HPCNB_PROJECT"
 UNNAMED_PARTITION = "default"  # a profile's stand-in where its guide names no partition: none is asked for
