@@ -126,6 +126,13 @@ def test_a_login_shell_site_activates_the_courses_environment_unless_the_script_
     assert "activate" not in for_site(BODY, "narval").text  # its jobs keep the submitting PATH
 
 
+def test_a_guide_silent_on_the_gpu_form_gets_slurms_per_node_form():
+    import dataclasses
+
+    silent = dataclasses.replace(load_profile("narval"), gpu_request="")
+    assert "#SBATCH --gpus-per-node=2" in for_site(BODY, silent, gpus_per_node_wanted=2).text.splitlines()
+
+
 def test_a_site_without_gpus_runs_the_processes_on_cpus():
     script = for_site(BODY, "hpc2n", gpus_per_node_wanted=2)
     assert (script.gpus_per_node, script.per_node) == (0, 2)

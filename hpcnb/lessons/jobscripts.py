@@ -92,6 +92,8 @@ def gpus_per_node(profile: Profile, wanted: int) -> int:
 
 def _gpu_line(profile: Profile, per_node: int, nodes: int) -> str | None:
     """The site's GPU request (its ``gpu_request`` form) for ``per_node`` GPUs on each of ``nodes``."""
+    if not profile.gpu_request:  # the guide does not say: Slurm's own per-node form
+        return f"--gpus-per-node={per_node}"
     (spec, value), = parse_args(shlex.split(profile.gpu_request), "sbatch")[0]
     if spec.long == "constraint":
         return None  # the GPU node comes with its GPU; the constraint is a required directive
