@@ -4,8 +4,8 @@ A lesson writes the part of a script that is the same everywhere (job name, node
 commands); the site's profile adds what differs from site to site, as its guide says:
 
 * the shebang (``#!/bin/bash -l`` on Piz Daint, so that ``module`` works);
-* the partition, where the guide names one: the default one, or one whose nodes have GPUs (a GPU job) or have none (a CPU
-  job at a site whose default partition is for GPUs, as Stability's);
+* the partition, where the guide names one: the default one, or one whose nodes have GPUs (a GPU
+  job) or have none (a CPU job at a site whose default partition is for GPUs, as Stability's);
 * the project: ``--account=def-<PI>`` (Narval), ``--comment=<project>`` (Stability)...;
 * the directives the site requires (``--constraint=gpu`` on Piz Daint);
 * the GPUs, in the site's form (``--gres=gpu:N``, ``--gpus-per-node=V100:N``, ``--gpus=N`` for the
@@ -39,7 +39,7 @@ from pathlib import Path
 from hpcnb.jobscript import parse_script
 from hpcnb.sites import Partition, Profile, expand_hostlist, load_profile
 from hpcnb.slurm.gpus import parse_gpus
-from hpcnb.slurm.options import parse_args
+from hpcnb.slurm.options import INPUT_VARIABLES, parse_args
 
 __all__ = ["SiteScript", "for_site", "gpu_options", "gpus_per_node", "jobscript_magic", "partition_for",
            "processes_per_node", "site_environment", "write_jobscript"]
@@ -124,11 +124,6 @@ def _account_line(profile: Profile, project: str) -> str | None:
     return f"{option}={re.sub(r'<[^>]*>', project, example) if '<' in example else project}"
 
 
-#: what sbatch, salloc and srun read from the environment (their "INPUT ENVIRONMENT VARIABLES")
-_INPUT_PREFIXES = ("SBATCH", "SALLOC", "SLURM")
-_INPUT_OPTIONS = ("account", "partition", "constraint")
-
-
 def site_environment(profile: Profile | str | None = None, project: str | None = None) -> dict[str, str]:
     """The variables that give every job of this kernel the site's project and required directives,
     ``!sbatch --wrap`` and ``!salloc`` included: ``SBATCH_ACCOUNT``, ``SALLOC_ACCOUNT``,
@@ -140,8 +135,9 @@ def site_environment(profile: Profile | str | None = None, project: str | None =
     env: dict[str, str] = {}
     for line in filter(None, lines):
         option, _, value = line.removeprefix("--").partition("=")
-        if option in _INPUT_OPTIONS and value:
-            env.update({f"{prefix}_{option.upper()}": value for prefix in _INPUT_PREFIXES})
+        if value:
+            env.update({variable: value for variables in INPUT_VARIABLES.values()
+                        for variable, long in variables.items() if long == option})
     return env
 
 

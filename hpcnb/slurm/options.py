@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "COMMANDS",
+    "INPUT_VARIABLES",
     "EXIT_USAGE",
     "OPTIONS",
     "OptionError",
@@ -33,6 +34,14 @@ __all__ = [
     "suggest",
     "usage_error_text",
 ]
+
+#: The input environment variables a site's login environment sets for every job (sbatch(1),
+#: salloc(1), srun(1) "INPUT ENVIRONMENT VARIABLES"): command -> {variable: long option}. They
+#: override a script's #SBATCH lines; the command line overrides them.
+INPUT_VARIABLES: dict[str, dict[str, str]] = {
+    command: {f"{prefix}_{option.upper()}": option for option in ("account", "partition", "constraint")}
+    for command, prefix in (("sbatch", "SBATCH"), ("salloc", "SALLOC"), ("srun", "SLURM"))
+}
 
 COMMANDS = frozenset({"sbatch", "srun", "salloc"})
 #: Exit status of sbatch/srun/salloc 22.05 after a getopt error (``exit(-1)``).

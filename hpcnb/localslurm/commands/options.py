@@ -5,7 +5,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from hpcnb.slurm.options import OptionError, lookup, parse_args
+from hpcnb.slurm.options import INPUT_VARIABLES, OptionError, lookup, parse_args
 
 from ..request import JobRequest, SubmitError, UsageError, apply_option
 from . import error
@@ -14,14 +14,6 @@ SUBMIT_FAILED = {
     "sbatch": "Batch job submission failed: {}",
     "salloc": "Job submit/allocate failed: {}",
     "srun": "Unable to allocate resources: {}",
-}
-
-
-#: Input environment variables (sbatch(1), salloc(1), srun(1) "INPUT ENVIRONMENT VARIABLES"), the
-#: ones a site's login environment sets for every job: the project, the partition, a constraint.
-INPUT_VARIABLES = {
-    command: {f"{prefix}_{option.upper()}": option for option in ("account", "partition", "constraint")}
-    for command, prefix in (("sbatch", "SBATCH"), ("salloc", "SALLOC"), ("srun", "SLURM"))
 }
 
 
