@@ -334,6 +334,13 @@ class AccountingRow:
         )
 
 
+def _steps_settled(text: str) -> bool:
+    """Do these sacct lines (job, then steps; State second) show a running job, or a finished
+    job whose steps have all ended?"""
+    states = [_base_state(line.split("|")[1]) for line in text.splitlines() if line.count("|") >= 1]
+    return not states or states[0] not in FINISHED_STATES or all(s in FINISHED_STATES for s in states)
+
+
 @dataclass(frozen=True)
 class Efficiency:
     """A seff-like summary of one job from sacct: the CPU time and memory it used against what it had.
@@ -803,10 +810,18 @@ class Job:
             argv.insert(1, "-X")
         return [AccountingRow.parse(line) for line in _checked(argv).splitlines() if line.strip()]
 
-    def efficiency(self) -> Efficiency:
+    def efficiency(self, settle: float = 30.0) -> Efficiency:
         """A seff-like summary from sacct (:class:`Efficiency`): CPU and memory used against the
-        request, ``print()``-able, with :meth:`Efficiency.suggest_mem` for a rerun's ``--mem``."""
-        return Efficiency.from_sacct(_checked(["sacct", "-n", "-P", "-j", self.id, "--format", EFFICIENCY_FORMAT]))
+        request, ``print()``-able, with :meth:`Efficiency.suggest_mem` for a rerun's ``--mem``.
+
+        A real slurmdbd may record a step's end (and its MaxRSS) a moment after the job's: for a
+        finished job this waits up to ``settle`` seconds until every step has ended too."""
+        deadline = time.monotonic() + settle
+        while True:
+            text = _checked(["sacct", "-n", "-P", "-j", self.id, "--format", EFFICIENCY_FORMAT])
+            if _steps_settled(text) or time.monotonic() >= deadline:
+                return Efficiency.from_sacct(text)
+            time.sleep(max(0.2, poller.pacing().gap))
 
     def wait_accounted(self, timeout: float = 60.0) -> str:
         """Block until sacct has the finished job's end, and return its state. A real slurmdbd may

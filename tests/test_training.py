@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -217,14 +219,12 @@ def test_lightning_interactive_name_and_mismatch(workdir: Path) -> None:
 @pytest.mark.slow
 def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
     """The lesson's requeue demonstration: SIGUSR1 -> hpc checkpoint + scontrol requeue -> resumed run."""
-    import time
-
     from hpcnb import training
     from hpcnb.jobs import submit
 
     job = submit(wrap=f"srun {sys.executable} -m hpcnb.scripts.lightning_train --devices 2 --epochs 3 --requeue "
                       "--root ckpt --step-seconds 0.1 --out rq",
-                 nodes=1, ntasks_per_node=2, time="3:00", signal="SIGUSR1@90", requeue=True,
+                 nodes=1, ntasks_per_node=2, time="10:00", signal="SIGUSR1@90", requeue=True,
                  open_mode="append", output="rq-%j.out")
     deadline = time.monotonic() + 240
     log = workdir / f"rq-{job.id}.out"
@@ -238,6 +238,30 @@ def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
     assert result["restarts"] == 1 and result["resumed_from"] == "hpc_ckpt_1.ckpt", result
     text = log.read_text()
     assert "Handling auto-requeue signal" in text and "Restoring states" in text, text
+
+
+@needs_lightning
+def test_lightning_requeue_survives_a_signal_during_its_imports(tmp_path: Path) -> None:
+    """A requeued job's warning can come while torch still imports (CI, real 22.05: "tasks 0-1:
+    User defined signal 1"); with --requeue the script records it from its first lines."""
+    slurm = {"SLURM_JOB_ID": "1", "SLURM_JOB_NAME": "rq", "SLURM_NODELIST": "localhost", "SLURM_NTASKS": "1",
+             "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **slurm)
+    proc = subprocess.Popen([sys.executable, "-m", "hpcnb.scripts.lightning_train", "--requeue", "--inspect"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    usr1 = 1 << (signal.SIGUSR1 - 1)
+    deadline = time.monotonic() + 60
+    while not int(_proc_status(proc.pid).get("SigCgt", "0"), 16) & usr1:
+        assert proc.poll() is None and time.monotonic() < deadline, "the script never handled SIGUSR1"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "SLURMEnvironment, global rank 0 of 1" in out, out
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
 
 
 @needs_torch

@@ -13,9 +13,16 @@ Lightning do that at the end of a training step rather than inside the signal ha
 import argparse
 import os
 import signal
+import sys
 import time
 
-import pytorch_lightning as pl
+# A warning signal that comes while torch is still importing would kill the process (SIGUSR1's
+# default action): with --requeue, record it from the start; RequeueAtStepEnd acts on it.
+early_signals: list[int] = []
+if "--requeue" in sys.argv:
+    signal.signal(signal.SIGUSR1, lambda signum, frame: early_signals.append(signum))
+
+import pytorch_lightning as pl  # after the handler, on purpose
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
@@ -82,7 +89,7 @@ class RequeueAtStepEnd(pl.Callback):
     """
 
     def __init__(self) -> None:
-        self.signalled = False
+        self.signalled = bool(early_signals)
 
     def setup(self, trainer, module, stage):
         signal.signal(trainer.strategy.cluster_environment.requeue_signal, self._record)
