@@ -15,6 +15,8 @@ from pathlib import Path
 
 import platformdirs
 
+from hpcnb.slurm.options import JOB_VARIABLE_PREFIXES
+
 LOCAL_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
 
 # PYTHONCOERCECLOCALE=0: Python must not add LC_CTYPE to the environment jobs inherit.
@@ -136,10 +138,9 @@ def which_slurm() -> str:
     return choose_slurm().slurm
 
 
-#: Variables a job sets for its own processes; a job submitted from inside another (a notebook
-#: server that is itself a Slurm job, as on every portal) must not inherit them.
-JOB_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
-#: ... except what a site sets on purpose for every command.
+#: A job submitted from inside another (a notebook server that is itself a Slurm job, as on every
+#: portal) must not inherit the variables of JOB_VARIABLE_PREFIXES, except what a site sets on
+#: purpose for every command.
 SITE_VARIABLES = frozenset({"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT", "SLURM_HINT_DEFAULT"})
 _told_once: list[bool] = []
 

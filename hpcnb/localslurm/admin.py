@@ -13,12 +13,12 @@ from pathlib import Path
 
 import psutil
 
-from . import controller, db, paths, procs
+from . import db, paths, procs, wake
 
 
 def stop(wait_s: float = 3.0) -> None:
     """Stop the controller (SIGTERM, then SIGKILL if it does not go)."""
-    pid = controller.running_pid()
+    pid = wake.running_pid()
     if not pid:
         return
     for sig, patience in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 2.0)):
@@ -331,9 +331,9 @@ def recover() -> str:
         lines.append(f"stopped {len(stopped)} process(es) that had the damaged file open")
     lines.append(f"the next job id is {next_id}; pending jobs will run as before")
     message = "\n".join(lines)
-    controller.log("recover: " + message.replace("\n", "; "))
+    wake.log("recover: " + message.replace("\n", "; "))
     if any(j["state"] == "PENDING" for j in saved.values()):
-        controller.ensure_running()
+        wake.ensure_running()
     return message
 
 
@@ -382,7 +382,7 @@ def _version_line(conn) -> str:
 
 def show_status() -> int:
     """``hpcnb slurm status``: the state folder, profile, Slurm version, controller and job counts."""
-    pid = controller.running_pid()
+    pid = wake.running_pid()
     conn = db.connect()
     counts = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
     print(f"state: {paths.state_dir()}")

@@ -23,8 +23,8 @@ import sqlite3
 import sys
 import time
 
-from . import db, paths, procs
-from .wake import ensure_running, is_running, poke, socket_address  # noqa: F401 (re-exported)
+from . import db, paths, procs, transitions
+from .wake import log, socket_address
 from .cluster import state_cluster
 
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
@@ -38,52 +38,6 @@ LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 # a finished job's stored environment is dropped this long after its end
 ENV_KEPT_AFTER_END_S = float(os.environ.get("HPCNB_ENV_KEPT_AFTER_END", "60"))
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
-
-
-def start_controller() -> None:
-    import subprocess
-
-    fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        subprocess.Popen(
-            [sys.executable, "-m", "hpcnb.localslurm.controller"],
-            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
-            env={**_outside_any_job(os.environ), "HPCNB_STATE_DIR": str(paths.state_dir())},
-        )
-    finally:
-        os.close(fd)
-
-
-JOB_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
-
-
-def _outside_any_job(env: os._Environ | dict[str, str]) -> dict[str, str]:
-    """The environment without a job's variables: a controller started by a command inside job N
-    must not carry SLURM_JOB_ID=N (NODE_FAIL cleanup of job N finds processes by it), and neither
-    must the supervisors it forks."""
-    return {k: v for k, v in env.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
-
-
-def running_pid() -> int | None:
-    """The controller's pid, if one runs."""
-    if not is_running():
-        return None
-    try:
-        with open(paths.lock_path()) as fh:
-            pid = int(fh.read().strip() or 0)
-    except (OSError, ValueError):
-        return None
-    return pid if procs.alive(pid, None) else None
-
-
-def log(text: str) -> None:
-    """One line in the controller's log (private, 0600)."""
-    try:
-        fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n")
-    except OSError:
-        pass
 
 
 class Controller:
@@ -311,10 +265,7 @@ class Controller:
 
     def _requeue_unlaunched(self, job: dict, now: float) -> bool:
         with db.transaction(self.conn):
-            done = self.conn.execute(
-                "UPDATE jobs SET state='PENDING', reason='None', start_time=NULL, alloc=NULL, nodelist=NULL, "
-                "control=NULL WHERE id=? AND state='RUNNING' AND supervisor_pid IS NULL", (job["id"],),
-            ).rowcount
+            done = transitions.unlaunched(self.conn, job["id"], supervisor_pid=None)
         if done:
             log(f"controller: job {job['id']} was scheduled but never launched; back to PENDING")
         return bool(done)
@@ -325,26 +276,12 @@ class Controller:
         if job["kind"] == "batch" and job["batch_pid"] is None:
             # the supervisor died before it claimed the launch: nothing of the job ran
             with db.transaction(self.conn):
-                self.conn.execute(
-                    "UPDATE jobs SET state='PENDING', reason='None', start_time=NULL, alloc=NULL, nodelist=NULL, "
-                    "supervisor_pid=NULL, supervisor_ctime=NULL, control=NULL WHERE id=? AND state='RUNNING' "
-                    "AND supervisor_pid IS ? AND batch_pid IS NULL",
-                    (job["id"], job["supervisor_pid"]),
-                )
-                self.conn.execute("DELETE FROM steps WHERE job_id=?", (job["id"],))
+                transitions.unlaunched(self.conn, job["id"], job["supervisor_pid"])
             return
         state = "NODE_FAIL" if job["kind"] == "batch" else "CANCELLED"
         with db.transaction(self.conn):
-            done = self.conn.execute(
-                "UPDATE jobs SET state=?, reason=?, end_time=?, control=NULL WHERE id=? AND state=? "
-                "AND supervisor_pid IS ?",
-                (state, "NodeDown" if state == "NODE_FAIL" else "None", now, job["id"], job["state"],
-                 job["supervisor_pid"]),
-            ).rowcount
-            if done:
-                self.conn.execute(
-                    "UPDATE steps SET state=?, end_time=? WHERE job_id=? AND state='RUNNING'", (state, now, job["id"])
-                )
+            done = transitions.lost(self.conn, job["id"], now, state, "NodeDown" if state == "NODE_FAIL" else "None",
+                                    was=job["state"], supervisor_pid=job["supervisor_pid"])
         if done and state == "NODE_FAIL":
             log(f"controller: job {job['id']}: its supervisor (pid {job['supervisor_pid']}) died "
                 f"({self._how_it_ended(job['supervisor_pid'])}); NODE_FAIL"

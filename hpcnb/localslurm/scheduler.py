@@ -10,7 +10,7 @@ import hostlist
 
 from hpcnb.slurm.states import FINAL
 
-from . import alloc, db
+from . import alloc, db, transitions
 from .cluster import Cluster
 from .request import JobRequest
 
@@ -102,9 +102,7 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
         reason = _wait_reason(conn, cluster, job, running_per_array, now)
         req = job["request"]
         if reason == "DependencyNeverSatisfied" and req.kill_on_invalid_dep:
-            conn.execute(
-                "UPDATE jobs SET state='CANCELLED', reason=?, end_time=? WHERE id=?", (reason, now, job["id"])
-            )
+            transitions.cancel_pending(conn, job["id"], now, reason)
             continue
         placed = None
         if reason is None:
@@ -125,11 +123,7 @@ def schedule(conn: sqlite3.Connection, cluster: Cluster) -> list[dict[str, Any]]
             slot.gpus = [g for g in slot.gpus if g not in part["gpus"]]
             slot.idle = False
         nodelist = hostlist.collect_hostlist([p["node"] for p in placed])
-        conn.execute(
-            "UPDATE jobs SET state='RUNNING', reason='None', start_time=?, alloc=?, nodelist=?, control=NULL "
-            "WHERE id=?",
-            (now, json.dumps(placed), nodelist, job["id"]),
-        )
+        transitions.start(conn, job["id"], now, json.dumps(placed), nodelist)
         if job["array_job_id"] is not None:
             running_per_array[job["array_job_id"]] = running_per_array.get(job["array_job_id"], 0) + 1
         started.append(job)

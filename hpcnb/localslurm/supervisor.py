@@ -18,8 +18,9 @@ from typing import Any, Callable
 
 import hostlist
 
-from . import db, envvars, paths, procs
+from . import db, envvars, paths, procs, transitions
 from .cluster import Cluster, state_cluster
+from .wake import ensure_running, log, poke
 
 MEM_POLL_S = 0.25
 SUPERVISOR_BUSY_MS = 30 * 60 * 1000
@@ -236,7 +237,7 @@ class Supervisor:
             except sqlite3.OperationalError as err:
                 if time.time() > give_up or db.is_damage(err):
                     raise
-                _log(f"[{self.job['id']}.batch] cannot record the job's end yet ({err}); retrying")
+                log(f"[{self.job['id']}.batch] cannot record the job's end yet ({err}); retrying")
                 time.sleep(1.0)
         self._after()
 
@@ -244,41 +245,22 @@ class Supervisor:
         job, now = self.job, time.time()
         self._fresh()
         with db.transaction(self.conn):
-            self.conn.execute(
-                "UPDATE steps SET state='CANCELLED', end_time=?, exit_signal=15 WHERE job_id=? AND state='RUNNING' "
-                "AND step!='batch'",
-                (now, job["id"]),
-            )
+            transitions.cancel_steps(self.conn, job["id"], now)
             if outcome.step_state and job["kind"] == "batch":
-                self.conn.execute(
-                    "UPDATE steps SET state=?, end_time=?, exit_code=?, exit_signal=?, max_rss=? "
-                    "WHERE job_id=? AND step='batch'",
-                    (outcome.step_state, now, outcome.step_code, outcome.step_signal, self.max_rss, job["id"]),
-                )
+                transitions.end_batch_step(self.conn, job["id"], now, outcome.step_state, exit_code=outcome.step_code,
+                                           exit_signal=outcome.step_signal, max_rss=self.max_rss)
             current = db.get_job(self.conn, job["id"])
-            requeue = outcome.state == "REQUEUE"
-            if requeue:
-                self.conn.execute(
-                    "UPDATE jobs SET state='PENDING', reason='BeginTime', start_time=NULL, end_time=NULL, alloc=NULL, "
-                    "nodelist=NULL, restart_count=restart_count+1, supervisor_pid=NULL, batch_pid=NULL, control=NULL, "
-                    "eligible_time=? WHERE id=?",
-                    (now + 1.0, job["id"]),
-                )
-                self.conn.execute("DELETE FROM steps WHERE job_id=?", (job["id"],))
+            if outcome.state == "REQUEUE":
+                transitions.requeue(self.conn, job["id"], now)
             elif current and current["state"] == "RUNNING":
-                self.conn.execute(
-                    "UPDATE jobs SET state=?, reason=?, end_time=?, exit_code=?, exit_signal=?, max_rss=?, total_cpu=?, "
-                    "control=NULL WHERE id=?",
-                    (outcome.state, _reason(outcome), now, outcome.exit_code, outcome.exit_signal, self.max_rss,
-                     _children_cpu() if job["kind"] == "batch" else None, job["id"]),
-                )
+                transitions.end(self.conn, job["id"], now, outcome.state, _reason(outcome),
+                                exit_code=outcome.exit_code, exit_signal=outcome.exit_signal, max_rss=self.max_rss,
+                                total_cpu=_children_cpu() if job["kind"] == "batch" else None)
 
     def _after(self) -> None:
         job = self.job
         for part in job["alloc"]:
             shutil.rmtree(envvars.node_tmpdir(job["id"], part["node"]), ignore_errors=True)
-        from .controller import ensure_running, poke
-
         try:
             if not poke(start=False):
                 ensure_running()  # the controller was killed: pending jobs must not wait for the next command
@@ -445,7 +427,7 @@ def run_batch(job_id: int) -> None:
     except BaseException as err:  # noqa: BLE001 - never leave the job's processes behind
         import traceback
 
-        _log(f"[{job_id}.batch] error: the supervisor failed: "
+        log(f"[{job_id}.batch] error: the supervisor failed: "
              + "".join(traceback.format_exception(err)).rstrip())
         _crashed(sup, job_id)
     finally:
@@ -472,12 +454,7 @@ def _crashed(sup: Supervisor | None, job_id: int) -> None:
         sup._fresh()
         now = time.time()
         with db.transaction(sup.conn):
-            sup.conn.execute(
-                "UPDATE jobs SET state='NODE_FAIL', reason='NodeDown', end_time=?, control=NULL "
-                "WHERE id=? AND state='RUNNING' AND supervisor_pid=?", (now, job_id, os.getpid()),
-            )
-            sup.conn.execute("UPDATE steps SET state='NODE_FAIL', end_time=? WHERE job_id=? AND state='RUNNING'",
-                             (now, job_id))
+            transitions.lost(sup.conn, job_id, now, "NODE_FAIL", "NodeDown", was="RUNNING", supervisor_pid=os.getpid())
     except Exception:  # noqa: BLE001 - the controller's liveness check records it instead
         pass
 
@@ -491,7 +468,7 @@ def _launch_failed(sup: Supervisor, message: str) -> Outcome:
     """Slurm's answer when slurmstepd cannot set up the job (its I/O, say): FAILED, ExitCode 0:53,
     Reason JobLaunchFailure, the batch step CANCELLED; the error goes to the log."""
     job = sup.job
-    _log(f"[{job['id']}.batch] error: {message}")
+    log(f"[{job['id']}.batch] error: {message}")
     with db.transaction(sup.conn):
         sup.conn.execute(
             "INSERT OR REPLACE INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist) "
@@ -556,7 +533,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
         trouble = _write_trouble(job, req, sorted({out_path, err_path}))
         if trouble:
             outcome.reason, message = trouble
-            _log(f"[{job['id']}.batch] error: {message}")
+            log(f"[{job['id']}.batch] error: {message}")
             sup._say(f"error: {message}")  # lands only if there is room after all
     return outcome
 
@@ -620,7 +597,3 @@ def _inode(path) -> int | None:
         return None
 
 
-def _log(text: str) -> None:
-    from .controller import log
-
-    log(text)

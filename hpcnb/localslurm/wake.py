@@ -1,12 +1,14 @@
 """How commands reach the controller: is one running, wake it, start it when jobs need it.
 
-Every command calls these, so they stay cheap: only starting a controller imports :mod:`.controller`
-(which re-exports them).
+Every command calls these, so they stay cheap: they never import :mod:`.controller` (the daemon,
+which imports this client half and re-exports it).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -44,8 +46,6 @@ def poke(start: bool = True) -> bool:
     finally:
         sock.close()
     if start:
-        from .controller import start_controller
-
         start_controller()
     return False
 
@@ -79,6 +79,52 @@ def ensure_running() -> None:
     finally:
         conn.close()
     if busy:
-        from .controller import start_controller
-
         start_controller()
+
+
+def start_controller() -> None:
+    """Start a controller (``python -m hpcnb.localslurm.controller``), detached, logging to its log."""
+    import subprocess
+
+    fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "hpcnb.localslurm.controller"],
+            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
+            env={**_outside_any_job(os.environ), "HPCNB_STATE_DIR": str(paths.state_dir())},
+        )
+    finally:
+        os.close(fd)
+
+
+def _outside_any_job(env: os._Environ | dict[str, str]) -> dict[str, str]:
+    """The environment without a job's variables: a controller started by a command inside job N
+    must not carry SLURM_JOB_ID=N (NODE_FAIL cleanup of job N finds processes by it), and neither
+    must the supervisors it forks."""
+    from hpcnb.slurm.options import JOB_VARIABLE_PREFIXES
+
+    return {k: v for k, v in env.items() if not k.startswith(JOB_VARIABLE_PREFIXES)}
+
+
+def running_pid() -> int | None:
+    """The controller's pid, if one runs."""
+    if not is_running():
+        return None
+    try:
+        with open(paths.lock_path()) as fh:
+            pid = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    from . import procs
+
+    return pid if procs.alive(pid, None) else None
+
+
+def log(text: str) -> None:
+    """One line in the controller's log (private, 0600)."""
+    try:
+        fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n")
+    except OSError:
+        pass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 __all__ = [
     "COMMANDS",
     "INPUT_VARIABLES",
+    "JOB_VARIABLE_PREFIXES",
     "EXIT_USAGE",
     "OPTIONS",
     "OptionError",
@@ -34,6 +35,9 @@ __all__ = [
     "suggest",
     "usage_error_text",
 ]
+
+#: The prefixes of the variables a job sets for its own processes (and of the input variables).
+JOB_VARIABLE_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")
 
 #: The input environment variables a site's login environment sets for every job (sbatch(1),
 #: salloc(1), srun(1) "INPUT ENVIRONMENT VARIABLES"): command -> {variable: long option}. They

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 
-from .. import db, procs, submit, wake
+from .. import db, procs, submit, transitions, wake
 from ..request import JobRequest
 from ..supervisor import WATCHED, Outcome, Supervisor
 
@@ -40,8 +40,7 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
             delay = min(delay * 2, 0.2)
     except KeyboardInterrupt:
         with db.transaction(conn):
-            conn.execute("UPDATE jobs SET state='CANCELLED', end_time=? WHERE id=? AND state='PENDING'",
-                         (time.time(), job_id))
+            transitions.cancel_pending(conn, job_id, time.time())
         if command == "srun":  # Slurm 22.05's srun words it so
             print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
             print(f"srun: Force Terminated JobId={job_id}", file=sys.stderr)

@@ -7,7 +7,7 @@ import re
 import signal as _signal
 import sys
 
-from .. import db, paths, procs, wake
+from .. import db, paths, procs, transitions, wake
 from ..request import _signal_number
 from .common import getopt_parse, open_cluster, select_jobs
 
@@ -146,10 +146,7 @@ def cancel(conn, job: dict) -> None:
     with db.transaction(conn):
         current = db.get_job(conn, job["id"])
         if current["state"] == "PENDING":
-            conn.execute(
-                "UPDATE jobs SET state='CANCELLED', end_time=? WHERE id=? AND state='PENDING'",
-                (now, job["id"]),
-            )
+            transitions.cancel_pending(conn, job["id"], now)
             return
         if current["state"] != "RUNNING":
             return

@@ -13,7 +13,7 @@ import psutil
 
 from hpcnb.slurm.options import OptionError
 
-from .. import db, envvars, procs
+from .. import db, envvars, procs, transitions
 from ..cluster import Cluster
 from ..request import JobRequest, SubmitError, UsageError, parse_count
 from ..submit import export_env, exports_all
@@ -234,10 +234,7 @@ def end_step(conn, job_id: int, step: dict, statuses: list[int]) -> int:
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     state = "CANCELLED" if sig else "FAILED" if code else "COMPLETED"  # as as_mysql_step_complete()
     with db.transaction(conn):
-        conn.execute(
-            "UPDATE steps SET state=?, end_time=?, exit_code=?, exit_signal=? WHERE job_id=? AND step=?",
-            (state, time.time(), code, sig, job_id, str(step["id"])),
-        )
+        transitions.end_step(conn, job_id, str(step["id"]), time.time(), state, exit_code=code, exit_signal=sig)
     return exit_code(statuses)
 
 
