@@ -72,6 +72,7 @@ ETC_FILES = (
     "fonts", "mime.types", "protocols", "services", "host.conf", "gai.conf", "bash.bashrc", "profile",
     "inputrc", "os-release", "debian_version", "ssh/ssh_config", "ssh/ssh_config.d", "ssl/certs",
     "ssl/openssl.cnf", "timezone", "matplotlibrc",
+    "profile.d", "lmod",  # a login shell's `module` (Lmod): jobs with --export=NONE or #!/bin/bash -l
 )
 TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # links into /usr, or folders
 

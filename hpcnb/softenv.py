@@ -4,7 +4,9 @@
 * :func:`write_course_modules` — ``python/X.Y`` (this kernel's environment first on ``PATH``) and
   ``pytorch/X.Y`` (depends on it; moves the caches it causes off ``$HOME``) under a module tree;
 * :func:`build_wheel` — a pure-Python wheel, made without pip or a network, for a wheelhouse that
-  ``pip install --no-index --find-links=WHEELHOUSE`` installs from on a compute node.
+  ``pip install --no-index --find-links=WHEELHOUSE`` installs from on a compute node;
+* :func:`without_course_environment` — this environment as a shell that never activated the
+  course's environment nor loaded Lmod would have it (exercises 3b submit from it).
 
 Module files name this kernel's interpreter (``sys.executable``), never a fixed path, so the same
 lesson writes a tree that works in any checkout, venv or conda environment.
@@ -20,7 +22,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-__all__ = ["CACHE_VARIABLES", "build_wheel", "modulefile", "write_course_modules"]
+__all__ = ["CACHE_VARIABLES", "build_wheel", "modulefile", "without_course_environment", "write_course_modules"]
 
 #: What the ``pytorch`` module points off ``$HOME`` (each a folder below the cache root), and who writes there.
 CACHE_VARIABLES: dict[str, str] = {
@@ -137,4 +139,21 @@ def build_wheel(dest: str | Path, name: str, version: str, modules: Mapping[str,
             entry = zipfile.ZipInfo(path, _EPOCH)
             entry.external_attr = 0o644 << 16
             whl.writestr(entry, data, zipfile.ZIP_DEFLATED)
+    return out
+
+
+#: What Lmod (or Environment Modules) puts into a shell's environment: the ``module`` function and its state.
+_MODULE_VARIABLES = re.compile(r"^(BASH_FUNC_(module|ml|_module_raw)%%|BASH_ENV$|MODULEPATH|MODULESHOME$|LMOD_|"
+                               r"_LMFILES_$|LOADEDMODULES$|__LMOD_)")
+
+
+def without_course_environment(env: Mapping[str, str], bin_dir: str | Path | None = None) -> dict[str, str]:
+    """``env`` as a shell would have it that neither activated the course's environment nor set up
+    Lmod: without ``bin_dir`` (default: this kernel's interpreter's folder) on ``PATH``, without
+    ``VIRTUAL_ENV``, and without the ``module`` function and its variables. A job submitted from it
+    with ``--export=ALL`` finds neither the course's ``python`` nor ``module``; one that starts from
+    the login environment (``--export=NONE``) and loads its modules does not care (exercises 3b)."""
+    bin_dir = str(Path(bin_dir) if bin_dir is not None else Path(sys.executable).parent)
+    out = {k: v for k, v in env.items() if not _MODULE_VARIABLES.match(k) and k != "VIRTUAL_ENV"}
+    out["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if p and p.rstrip("/") != bin_dir.rstrip("/"))
     return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutant:
-    notebook: str                         # the notebook's number: "01" is solutions/01-*.ipynb
+    notebook: str                         # the notebook's number: "01" is solutions/01-*.ipynb, "03b" 03b-*
     cell: str                             # grade_id of the solution cell
     name: str                             # short, for the test id
     mistake: str                          # what the student got wrong
@@ -74,6 +74,20 @@ MUTANTS: list[Mutant] = [
            (('"45 seconds": "00:45"', '"45 seconds": "45"'),), shows='parse_time_limit(limits["45 seconds"]) == 45'),
     Mutant("03", "ex4-solution", "keeps-roomy", "asks again for the roomy 800M, not the measured peak plus 25 %",
            (('right_mem = f"{math.ceil(peak * 1.25 / 2**20)}M"', 'right_mem = "800M"'),), shows="plus 25 %"),
+    # ------------------------------------------------------- 03b software environments
+    Mutant("03b", "ex1-solution", "python-only", "loads the python module, not pytorch: the caches stay in $HOME",
+           (("module load pytorch", "module load python"),), shows="TORCH_HOME is not where"),
+    Mutant("03b", "ex1-solution", "notebook-environment", "leaves out --export=NONE: works only from the notebook",
+           (("#SBATCH --export=NONE\n", ""),), shows="submitted from"),
+    Mutant("03b", "ex1-solution", "login-shell", "a login shell (#!/bin/bash -l) instead of --export=NONE",
+           (("#!/bin/bash\n#SBATCH --job-name=own-env\n#SBATCH --export=NONE\n",
+             "#!/bin/bash -l\n#SBATCH --job-name=own-env\n"),), passes=True),
+    Mutant("03b", "ex2-solution", "drops-hf-home", "deletes the HF_HOME line: the linter is content, the cache "
+           "goes back to ~/.cache", (("export HF_HOME=/fsx/$USER/cache/huggingface\n", ""),),
+           shows="HF_HOME=(not set"),
+    Mutant("03b", "ex2-solution", "hf-only", "moves Hugging Face's cache only, not pip's and torch's",
+           (("export PIP_CACHE_DIR=/fsx/$USER/cache/pip\nexport TORCH_HOME=/fsx/$USER/cache/torch\n", ""),),
+           shows="PIP_CACHE_DIR=(not set"),
     # ------------------------------------------------------- 04 interactive salloc/srun
     Mutant("04", "ex1-solution", "two-tasks", "asks for one task per node: two tasks, not four",
            (("--ntasks-per-node=2", "--ntasks=2"),), shows="expected four node names"),

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]*-*.ipynb"))
 
 BEGIN_SOLUTION, END_SOLUTION = "BEGIN SOLUTION", "END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"

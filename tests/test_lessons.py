@@ -41,3 +41,17 @@ def test_setup_inside_a_portal_job_drops_the_jobs_variables_once(tmp_path: Path)
     assert not {"SLURM_JOB_ID", "SLURM_MEM_PER_NODE", "SLURM_CPUS_PER_TASK", "SRUN_DEBUG"} & set(seen["env"])
     assert seen["env"]["SLURM_CONF"] == "/etc/slurm/slurm.conf"        # what the site sets on purpose stays
     assert stderr.count("this notebook runs inside Slurm job 77") == 1
+
+
+def test_every_lesson_opens_with_questions_time_and_its_exercises() -> None:
+    """Issue 13, item 8: each lesson's first cell asks its questions, says how long it runs and
+    links its own exercise notebook, which exists in exercises/ and solutions/."""
+    root = Path(__file__).resolve().parent.parent
+    lessons = sorted((root / "notebooks").glob("[0-9][0-9]*-*.ipynb"))
+    assert len(lessons) >= 14
+    for lesson in lessons:
+        head = "".join(json.loads(lesson.read_text())["cells"][0]["source"])
+        assert "**Questions**" in head and "**Time**" in head, lesson.name
+        exercise = f"{lesson.stem}-exercises.ipynb"
+        assert f"(../exercises/{exercise})" in head, f"{lesson.name} does not link ../exercises/{exercise}"
+        assert (root / "exercises" / exercise).is_file() and (root / "solutions" / exercise).is_file(), exercise

@@ -33,7 +33,7 @@ import pytest
 from mutants import MUTANTS, NEEDS, SHOW_ONLY, Mutant
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTIONS = {p.stem[:2]: p for p in sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))}
+SOLUTIONS = {p.stem.split("-")[0]: p for p in sorted((ROOT / "solutions").glob("[0-9][0-9]*-*.ipynb"))}
 KERNEL = "hpcnb"      # the course kernel (make setup installs it)
 CELL_TIMEOUT = 300    # seconds per cell, as make test's nbval (jobs on a busy 2-core machine)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

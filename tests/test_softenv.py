@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.softenv import CACHE_VARIABLES, build_wheel, modulefile, write_course_modules
+from hpcnb.softenv import CACHE_VARIABLES, build_wheel, modulefile, without_course_environment, write_course_modules
 
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")  # Debian's lmod (ci/install-system-deps.sh)
 HELLO = {"jobhello.py": "def hello():\n    return 'hello'\n"}
@@ -137,3 +137,14 @@ def test_pip_installs_the_wheel_without_an_index(tmp_path: Path) -> None:
                          env={**env, "PYTHONPATH": str(target)}, capture_output=True, text=True, timeout=60)
     assert out.stdout == "hello\n", out.stderr
     assert (target / "jobhello-1.0.dist-info" / "RECORD").exists()
+
+
+def test_without_course_environment_drops_the_kernel_and_lmod() -> None:
+    env = {"PATH": "/venv/bin:/usr/local/bin:/venv/bin/:/usr/bin", "VIRTUAL_ENV": "/venv", "HOME": "/home/a",
+           "BASH_FUNC_module%%": "() {  eval ...", "BASH_FUNC_ml%%": "() { ...", "BASH_ENV": "/usr/share/lmod/init",
+           "MODULEPATH": "/m", "LMOD_CMD": "/lmod", "LOADEDMODULES": "python/3.11", "_LMFILES_": "/m/python",
+           "HPCNB_STATE_DIR": "/state", "MODULEPATH_ROOT": "/r"}
+    assert without_course_environment(env, "/venv/bin") == {
+        "PATH": "/usr/local/bin:/usr/bin", "HOME": "/home/a", "HPCNB_STATE_DIR": "/state"}
+    assert without_course_environment({"PATH": f"{Path(sys.executable).parent}:/bin"}) == {"PATH": "/bin"}
+
