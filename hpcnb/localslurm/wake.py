@@ -1,7 +1,7 @@
-"""How commands reach the controller: is one running, wake it, start it when jobs need it.
+"""The controller's client half: is one running, wake it, start it when jobs need it, its log.
 
-Every command calls these, so they stay cheap: they never import :mod:`.controller` (the daemon,
-which imports this client half and re-exports it).
+Every command calls these, so they stay cheap: they never import :mod:`.controller` (the daemon);
+the daemon and its supervisors import this module, never the other way round.
 """
 from __future__ import annotations
 
