@@ -334,11 +334,13 @@ class AccountingRow:
         )
 
 
-def _steps_settled(text: str) -> bool:
-    """Do these sacct lines (job, then steps; State second) show a running job, or a finished
-    job whose steps have all ended?"""
-    states = [_base_state(line.split("|")[1]) for line in text.splitlines() if line.count("|") >= 1]
-    return not states or states[0] not in FINISHED_STATES or all(s in FINISHED_STATES for s in states)
+def _accounted_whole(text: str) -> bool:
+    """Do these sacct lines (:data:`EFFICIENCY_FORMAT`: the job, then its steps) show a running job,
+    or a finished one that slurmdbd has recorded whole: its request (ReqMem) and every step's end?"""
+    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 8]
+    if not rows or _base_state(rows[0][1]) not in FINISHED_STATES:
+        return True
+    return parse_size(rows[0][7]) is not None and all(_base_state(r[1]) in FINISHED_STATES for r in rows)
 
 
 @dataclass(frozen=True)
@@ -814,12 +816,13 @@ class Job:
         """A seff-like summary from sacct (:class:`Efficiency`): CPU and memory used against the
         request, ``print()``-able, with :meth:`Efficiency.suggest_mem` for a rerun's ``--mem``.
 
-        A real slurmdbd may record a step's end (and its MaxRSS) a moment after the job's: for a
-        finished job this waits up to ``settle`` seconds until every step has ended too."""
+        A real slurmdbd may record parts of a finished job a moment after its end (22.05, seen in CI:
+        a step still running without MaxRSS, an empty ReqMem): this waits up to ``settle`` seconds
+        for them."""
         deadline = time.monotonic() + settle
         while True:
             text = _checked(["sacct", "-n", "-P", "-j", self.id, "--format", EFFICIENCY_FORMAT])
-            if _steps_settled(text) or time.monotonic() >= deadline:
+            if _accounted_whole(text) or time.monotonic() >= deadline:
                 return Efficiency.from_sacct(text)
             time.sleep(max(0.2, poller.pacing().gap))
 
