@@ -300,3 +300,29 @@ def test_a_login_shell_job_finds_the_local_slurm_after_its_profile(workdir: Path
     out = (workdir / "login.out").read_text().splitlines()
     assert re.fullmatch(r"0=\S+/jobs/\d+/slurm_script args=2:b c", out[0]), out
     assert out[1] == "login" and out[2].startswith(str(local_bin_dir())) and out[3] == "step ok", out
+
+
+def test_a_cancel_reaches_a_main_process_between_its_fork_and_its_exec() -> None:
+    """A batch script's process, forked by its supervisor, keeps the daemon's command line until it
+    execs: ``procs.descendants`` takes it for a supervisor and leaves it out. A cancel that came in
+    that window killed nothing and the job ran on (CI under load: an array task RUNNING 60 s after
+    scancel). The supervisor's kills also take its main processes by pid."""
+    import subprocess
+    import sys
+    import types
+
+    from hpcnb.localslurm import procs
+    from hpcnb.localslurm.supervisor import Supervisor
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", procs.DAEMON_MODULE])
+    try:
+        deadline = time.monotonic() + 30
+        while procs.DAEMON_MODULE.encode() not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.01)
+        assert child.pid not in {p.pid for p in procs.descendants()}   # looks like a daemon
+        job = types.SimpleNamespace(mains={child.pid: None})
+        assert child.pid in {p.pid for p in Supervisor._job_tree(job)}
+    finally:
+        child.kill()
+        child.wait()

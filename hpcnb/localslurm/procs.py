@@ -276,6 +276,17 @@ def _below(pid: int, daemons: set[int], parent: dict[int, int | None]) -> bool:
     return False
 
 
+def processes(pids: Iterable[int]) -> list[psutil.Process]:
+    """The processes of these pids that still exist (zombies included)."""
+    found = []
+    for pid in pids:
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    return found
+
+
 def send(procs: Iterable[psutil.Process], sig: int) -> None:
     for proc in procs:
         try:

@@ -311,20 +311,29 @@ class Supervisor:
             except OSError:
                 pass
 
+    def _job_tree(self) -> list:
+        """Every process of the job: the descendants, and each main process not yet reaped. A main
+        process between its fork and its exec still has this supervisor's command line, so
+        :func:`procs.descendants` takes it for a daemon and leaves it out (a cancel then missed it)."""
+        tree = procs.descendants()
+        listed = {p.pid for p in tree}
+        return tree + procs.processes(pid for pid, status in self.mains.items()
+                                      if status is None and pid not in listed)
+
     def _kill_all(self, why: str | None, grace: bool = True, banner: bool = True) -> None:
         """SIGCONT+SIGTERM to every process of the job, SIGKILL after KillWait; reap them all."""
         if grace and banner:
             self._banner(why)
-        tree = procs.descendants()
+        tree = self._job_tree()
         if grace:
             procs.send(tree, signal.SIGCONT)
             procs.send(tree, signal.SIGTERM)
             end = time.time() + self.cluster.kill_wait_s
-            while time.time() < end and procs.descendants():
+            while time.time() < end and self._job_tree():
                 signal.sigtimedwait(WATCHED, 0.05)
                 self._reap()
         for _ in range(50):
-            tree = procs.descendants()
+            tree = self._job_tree()
             if not tree:
                 break
             procs.send(tree, signal.SIGKILL)
