@@ -9,6 +9,7 @@ Debian's libnss-wrapper preloaded with a private hosts file naming every node fo
 from __future__ import annotations
 
 import glob
+import os
 import socket
 import sys
 
@@ -46,7 +47,9 @@ def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     text = "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
     if not hosts.exists() or hosts.read_text() != text:
         tmp = hosts.with_suffix(".tmp")
-        tmp.write_text(text)
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:  # private, any umask
+            fh.write(text)
+        tmp.chmod(0o600)  # one left by an older version, under a loose umask
         tmp.replace(hosts)
     preload = env.get("LD_PRELOAD", "")
     if library not in preload.split(":"):
