@@ -30,13 +30,11 @@ def start(conn: sqlite3.Connection, job_id: int, now: float, alloc_json: str, no
 
 
 def cancel_pending(conn: sqlite3.Connection, job_id: int, now: float, reason: str | None = None) -> bool:
-    """PENDING -> CANCELLED (a running job is cancelled by its supervisor instead)."""
-    if reason is None:
-        sql, args = "UPDATE jobs SET state='CANCELLED', end_time=? WHERE id=? AND state='PENDING'", (now, job_id)
-    else:
-        sql = "UPDATE jobs SET state='CANCELLED', reason=?, end_time=? WHERE id=? AND state='PENDING'"
-        args = (reason, now, job_id)
-    return conn.execute(sql, args).rowcount > 0
+    """PENDING -> CANCELLED, with ``reason`` if given (a running job is cancelled by its supervisor instead)."""
+    return conn.execute(
+        "UPDATE jobs SET state='CANCELLED', reason=COALESCE(?, reason), end_time=? WHERE id=? AND state='PENDING'",
+        (reason, now, job_id),
+    ).rowcount > 0
 
 
 def unlaunched(conn: sqlite3.Connection, job_id: int, supervisor_pid: int | None) -> bool:
