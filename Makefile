@@ -129,10 +129,11 @@ test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
 # each run in the course kernel on a local Slurm (about 6 min on 2 cores). MUTANTS=all also runs
-# every exercise with its real solution (about twice as long).
+# every exercise with its real solution, and autogrades each solution notebook with one exercise's
+# answer made wrong at a time (tests/test_grading.py; about 25 min more).
 MUTANTS ?= 1
 test-mutants: setup
-	$(call pytest,-n 2 --durations=10 tests/test_mutants.py,mutants)
+	$(call pytest,-n 2 --durations=10 tests/test_mutants.py $(if $(filter all,$(MUTANTS)),tests/test_grading.py),mutants)
 test-mutants: export HPCNB_MUTANTS = $(MUTANTS)
 
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).

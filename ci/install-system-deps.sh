@@ -17,7 +17,7 @@ PACKAGES=(
     chromium          # headless browser tests (Playwright drives /usr/bin/chromium)
     fonts-liberation  # so that pages rendered by chromium have real fonts
     libnss-wrapper    # fake users/hosts for the local Slurm and ssh tests
-    bubblewrap        # the grader's sandbox for student code (hpcnb/sandbox.py)
+    bubblewrap        # the grader's sandbox for student code (hpcnb/course/sandbox.py)
     lmod              # environment modules (Lmod 8.6) for lesson 3b's module tree
     cmake             # Horovod build (ci/build-horovod.sh)
     g++

@@ -151,7 +151,7 @@ def _check_names(args: argparse.Namespace) -> int:
 
 def _kernel_install(args: argparse.Namespace) -> int:
     try:
-        from hpcnb.kernel import install
+        from hpcnb.course.kernel import install
 
         folder = install(user=True) if args.user else install(prefix=args.prefix or sys.prefix)
     except ImportError as err:  # jupyter_client: the 'lab' extra

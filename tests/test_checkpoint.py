@@ -1,4 +1,4 @@
-"""hpcnb.checkpoint: atomic saves that survive a kill, resume of step and weights, signal handling."""
+"""hpcnb.lessons.checkpoint: atomic saves that survive a kill, resume of step and weights, signal handling."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hpcnb.checkpoint import (  # noqa: E402
+from hpcnb.lessons.checkpoint import (  # noqa: E402
     Checkpointer, SignalGuard, atomic_save, latest_checkpoint, list_checkpoints, load_checkpoint,
     restart_count,
 )
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _KILLED_WRITER = textwrap.dedent("""
     import sys, time
     import torch
-    from hpcnb.checkpoint import atomic_save
+    from hpcnb.lessons.checkpoint import atomic_save
 
     class Stall:
         def __reduce__(self):
@@ -186,7 +186,7 @@ def test_restart_count():
 _GUARDED = textwrap.dedent("""
     import sys, time
     import torch
-    from hpcnb.checkpoint import Checkpointer, SignalGuard
+    from hpcnb.lessons.checkpoint import Checkpointer, SignalGuard
 
     guard = SignalGuard()
     model = torch.nn.Linear(2, 2)
@@ -262,7 +262,7 @@ def test_preempt_uses_the_local_admin_command_or_a_requeue(monkeypatch: pytest.M
     import subprocess
 
     import hpcnb.backend
-    import hpcnb.checkpoint as checkpoint
+    import hpcnb.lessons.checkpoint as checkpoint
 
     seen = []
 
@@ -281,7 +281,7 @@ def test_preempt_uses_the_local_admin_command_or_a_requeue(monkeypatch: pytest.M
 def test_a_slow_start_gets_longer_local_jobs_that_still_need_several_runs(monkeypatch):
     """Lesson 12 under load: each run must still start, train some steps and not all 240."""
     import hpcnb.backend
-    import hpcnb.checkpoint as checkpoint
+    import hpcnb.lessons.checkpoint as checkpoint
 
     monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "local")
     for startup in (0.5, 3.0, 8.0, 15.0, 40.0):

@@ -244,7 +244,7 @@ def test_damaged_state_is_exit_1_without_traceback(tmp_path):
 
 def _installed(folder: Path) -> dict:
     spec = json.loads((folder / "kernel.json").read_text())
-    assert spec["argv"][:3] == [sys.executable, "-m", "hpcnb.kernel"]
+    assert spec["argv"][:3] == [sys.executable, "-m", "hpcnb.course.kernel"]
     return spec
 
 

@@ -1,4 +1,4 @@
-"""hpcnb.distributed's device and backend choice (on a CPU machine, CUDA faked) and its exit."""
+"""hpcnb.lessons.distributed's device and backend choice (on a CPU machine, CUDA faked) and its exit."""
 from __future__ import annotations
 
 import ast
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcnb import distributed
+from hpcnb.lessons import distributed
 
-SCRIPTS = Path(distributed.__file__).parent / "scripts"
+SCRIPTS = Path(distributed.__file__).parents[1] / "scripts"
 
 
 class FakeCuda:
@@ -61,8 +61,8 @@ def _calls(tree: ast.AST) -> set[str]:
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py") if p.name != "__init__.py"))
 def test_no_job_script_can_pick_nccl_for_cpu_tensors(script: str) -> None:
     """A script that starts a process group takes its device from pick_device and its backend
-    from that device (directly or through hpcnb.distributed.init_process_group), and leaves
-    through hpcnb.distributed.leave (or Horovod's shutdown and os._exit); a Horovod script takes a GPU
+    from that device (directly or through hpcnb.lessons.distributed.init_process_group), and leaves
+    through hpcnb.lessons.distributed.leave (or Horovod's shutdown and os._exit); a Horovod script takes a GPU
     only when Horovod was built with NCCL."""
     source = (SCRIPTS / script).read_text()
     calls = _calls(ast.parse(source))
@@ -71,10 +71,10 @@ def test_no_job_script_can_pick_nccl_for_cpu_tensors(script: str) -> None:
         assert {"pick_device", "nccl_built"} <= calls, "Horovod: a GPU device only if it was built with NCCL"
     if "init_process_group" not in calls:
         return
-    uses_helper = "from hpcnb.distributed import" in source and "init_process_group" in source.split(
-        "from hpcnb.distributed import")[1].split("\n")[0]
+    uses_helper = "from hpcnb.lessons.distributed import" in source and "init_process_group" in source.split(
+        "from hpcnb.lessons.distributed import")[1].split("\n")[0]
     assert uses_helper or {"pick_device", "backend_for"} <= calls, "device and backend must come from one helper"
-    assert "leave" in calls, "a process group must be left with hpcnb.distributed.leave()"
+    assert "leave" in calls, "a process group must be left with hpcnb.lessons.distributed.leave()"
 
 
 def test_leave_exits_with_the_code_after_flushing(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ import os, sys, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 print("written before leaving", end="")  # no newline: only a flush gets it out
-from hpcnb.distributed import leave
+from hpcnb.lessons.distributed import leave
 leave(3)
 print("never")
 """

@@ -6,11 +6,11 @@ For every notebook there:
   locked test cells with points, unique grade ids, at least two graded exercises);
 * the student version — each solution region replaced by ``raise NotImplementedError()`` (or
   "YOUR ANSWER HERE" in markdown) and hidden tests removed, as nbgrader's ClearSolutions and
-  ClearHiddenTests do — is what ``hpcnb.grading generate`` writes.
+  ClearHiddenTests do — is what ``hpcnb.course.grading generate`` writes.
 
-That the solutions pass every graded test, the untouched student versions fail every one, and a
-wrong answer loses its exercise's points is checked by running them through the autograder
-(tests/test_grading.py::test_autograde_real_solutions); that no solution cell raises, by nbval.
+That the solutions pass every graded test and the untouched student versions fail every one is
+checked by running them through the autograder (tests/test_grading.py); that each graded test fails
+on plausible wrong answers, by tests/test_mutants.py; that no solution cell raises, by nbval.
 
 The student version is made with nbgrader's own preprocessors when nbgrader is installed
 (the ``instructor`` extra), otherwise with the equivalent :func:`student_version` below; a

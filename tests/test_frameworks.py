@@ -24,7 +24,7 @@ def test_ddp_two_nodes_two_tasks_each(workdir: Path) -> None:
 
 
 def test_world_from_slurm_variables() -> None:
-    from hpcnb.distributed import SlurmContextError, job_port, slurm_world
+    from hpcnb.lessons.distributed import SlurmContextError, job_port, slurm_world
 
     with pytest.raises(SlurmContextError, match="srun"):
         slurm_world({})

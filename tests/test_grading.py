@@ -1,14 +1,18 @@
-"""hpcnb.grading: exercises generated from solutions/ with nbgrader, the leak check, and autograding.
+"""hpcnb.course.grading: exercises generated from solutions/ with nbgrader, the leak check, and autograding.
 
 The mechanism tests use a tiny assignment in tests/fixtures/grading/ (a function, a value and a
 Slurm job); the slow tests also grade every notebook in solutions/: the solution scores full
-marks, the untouched exercise 0, and a wrong answer planted in one exercise loses that
-exercise's points only.
+marks and the untouched exercise 0. With ``HPCNB_MUTANTS=all`` (``make test-mutants MUTANTS=all``)
+each notebook is graded once more per exercise, with that exercise's answer made wrong (every
+name None): it loses that exercise's points. ``make test`` leaves those runs out, three of every
+five notebook runs: that each exercise's test fails on a wrong answer is shown, with plausible
+wrong answers, by tests/test_mutants.py (``make test-mutants``, in CI).
 """
 from __future__ import annotations
 
 import copy
 import csv
+import os
 import shutil
 import time
 from pathlib import Path
@@ -16,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hpcnb import grading
-from hpcnb.grading import (
+from hpcnb.course import grading
+from hpcnb.course.grading import (
     EXERCISES_DIR,
     SOLUTIONS_DIR,
     autograde,
@@ -32,6 +36,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "grading" / "solutions"
 FIXTURE_NB = "00-grading-fixture"
 REAL = solution_notebooks(SOLUTIONS_DIR)
 REAL_TIMEOUT = 180  # per cell: exercises with jobs on a busy 2-core machine take a while
+WRONG_ANSWERS = os.environ.get("HPCNB_MUTANTS") == "all"  # also grade one wrong answer per exercise
 
 
 def meta(cell) -> dict:
@@ -75,7 +80,7 @@ def fixture_exercises(tmp_path_factory) -> Path:
 
 def test_repo_exercises_are_up_to_date_and_hold_no_solutions() -> None:
     problems = check(SOLUTIONS_DIR, EXERCISES_DIR)
-    assert not problems, "exercises/ is not in order (run `python -m hpcnb.grading generate`):\n" + "\n".join(problems)
+    assert not problems, "exercises/ is not in order (run `python -m hpcnb.course.grading generate`):\n" + "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- generate/check
@@ -149,7 +154,7 @@ def test_check_finds_leaked_solutions(fixture_exercises: Path, tmp_path: Path, c
     assert any("out of date" in p for p in problems), problems
     assert grading.main(["check", "--solutions", str(FIXTURE), "--exercises", str(out)]) == 1
     err = capsys.readouterr().err
-    assert expected in err and "python -m hpcnb.grading generate" in err
+    assert expected in err and "python -m hpcnb.course.grading generate" in err
 
 
 def test_check_finds_leaks_in_other_files(fixture_exercises: Path, tmp_path: Path) -> None:
@@ -388,7 +393,8 @@ class TestAutogradeShare3(_AutogradeShare):
 
 
 def autograde_real_solution(stem: str, tmp_path: Path) -> None:
-    """Solution: full marks; untouched exercise: 0; a wrong answer in one exercise: only its points lost."""
+    """Solution: full marks; untouched exercise: 0; with WRONG_ANSWERS, a wrong answer in one
+    exercise: its points lost."""
     solution = nbformat.read(REAL[stem], as_version=4)
     exercises, only = tmp_path / "exercises", tmp_path / "solutions"
     only.mkdir()
@@ -402,6 +408,8 @@ def autograde_real_solution(stem: str, tmp_path: Path) -> None:
     shutil.copy(exercises / name, subs / "untouched" / name)
     answers = answer_tests(solution)
     assert answers, f"{name} has no auto-graded answer followed by a test cell"
+    if not WRONG_ANSWERS:
+        answers = {}
     for index in answers:
         student = f"wrong-{meta(solution.cells[index])['grade_id']}"
         (subs / student).mkdir()

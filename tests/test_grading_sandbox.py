@@ -20,8 +20,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from hpcnb import grading, sandbox
-from hpcnb.grading import ROOT, SOLUTIONS_DIR, autograde, bundle_problems, release
+from hpcnb.course import grading, sandbox
+from hpcnb.course.grading import ROOT, SOLUTIONS_DIR, autograde, bundle_problems, release
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -194,7 +194,7 @@ def test_release_carries_no_solutions(tmp_path: Path) -> None:
     files = release(tmp_path / "bundle", quiet=True)  # it checks bundle_problems() itself
     assert not [f for f in files if f.startswith(("solutions/", "tests/")) or "/solutions/" in f]
     assert {f"exercises/{p.name}" for p in SOLUTIONS_DIR.glob("*.ipynb")} <= set(files)
-    assert "hpcnb/sandbox.py" in files and "pyproject.toml" in files and "Makefile" in files
+    assert "hpcnb/course/sandbox.py" in files and "pyproject.toml" in files and "Makefile" in files
     assert any(f.startswith("notebooks/") for f in files)
 
 
@@ -223,7 +223,7 @@ def test_release_tarball(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "no solutions" in capsys.readouterr().out
     with tarfile.open(tmp_path / "course.tar.gz") as tar:
         names = tar.getnames()
-    assert f"course/exercises/{FIXTURE_NB}.ipynb" in names and "course/hpcnb/grading.py" in names
+    assert f"course/exercises/{FIXTURE_NB}.ipynb" in names and "course/hpcnb/course/grading.py" in names
     assert not [n for n in names if "/solutions" in n or "/tests" in n]
 
 

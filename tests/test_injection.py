@@ -36,7 +36,7 @@ from hpcnb.slurm_options import (
     parse_args,
     parse_slurm_time,
 )
-from hpcnb.tunnel import TunnelPlan
+from hpcnb.lessons.tunnel import TunnelPlan
 
 FUZZ = settings(max_examples=200, deadline=None)  # a few seconds per file
 

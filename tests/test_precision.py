@@ -1,4 +1,4 @@
-"""Tests for hpcnb.precision: exact TF32 emulation, error growth, switches, CPU/GPU case selection."""
+"""Tests for hpcnb.lessons.precision: exact TF32 emulation, error growth, switches, CPU/GPU case selection."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hpcnb import precision as pr  # noqa: E402
+from hpcnb.lessons import precision as pr  # noqa: E402
 
 
 def f32_bits(value: float) -> int:

@@ -1,4 +1,4 @@
-"""hpcnb.sandbox: what code sees and may use inside the grader's bubblewrap sandbox (real bwrap).
+"""hpcnb.course.sandbox: what code sees and may use inside the grader's bubblewrap sandbox (real bwrap).
 
 The hostile submissions graded end to end (nbgrader) are in tests/test_grading_sandbox.py.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb import sandbox
-from hpcnb.grading import ROOT, SOLUTIONS_DIR
+from hpcnb.course import sandbox
+from hpcnb.course.grading import ROOT, SOLUTIONS_DIR
 
 pytestmark = pytest.mark.skipif(sandbox.shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -25,7 +25,7 @@ LIMITS = sandbox.Limits(cpu_seconds=60, memory_bytes=2 << 30, processes=64, file
 
 
 def in_sandbox(code: str, limits: sandbox.Limits = LIMITS, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--limits", json.dumps(dataclasses.asdict(limits)),
+    argv = [sys.executable, "-m", "hpcnb.course.sandbox", "run", "--limits", json.dumps(dataclasses.asdict(limits)),
             "--", sys.executable, "-c", textwrap.dedent(code)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -99,7 +99,7 @@ def test_processes_are_counted_per_sandbox_and_end_with_it() -> None:
             print(n, err.strerror, flush=True)
         time.sleep(5)
     """
-    first = subprocess.Popen([sys.executable, "-m", "hpcnb.sandbox", "run", "--limits",
+    first = subprocess.Popen([sys.executable, "-m", "hpcnb.course.sandbox", "run", "--limits",
                               json.dumps(dataclasses.asdict(LIMITS)), "--", sys.executable, "-c", textwrap.dedent(hog)],
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -156,7 +156,7 @@ def test_a_checkout_under_tmp_is_still_seen(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "hpcnb", checkout / "hpcnb", ignore=shutil.ignore_patterns("__pycache__"))
     (checkout / "solutions").mkdir()
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--", sys.executable, "-c",
+    argv = [sys.executable, "-m", "hpcnb.course.sandbox", "run", "--", sys.executable, "-c",
             "import os, hpcnb; print(hpcnb.__file__, sorted(os.listdir(os.path.dirname(os.path.dirname(hpcnb.__file__)))))"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Tests for hpcnb.scaling: hand-checked speed-ups, Amdahl recovery, CSV, errors, plot."""
+"""Tests for hpcnb.lessons.scaling: hand-checked speed-ups, Amdahl recovery, CSV, errors, plot."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb import scaling as sc
+from hpcnb.lessons import scaling as sc
 
 
 def amdahl_rows(s: float, t1: float = 100.0, tasks=(1, 2, 4, 8, 16),
@@ -236,7 +236,7 @@ def test_fit_gustafson_recovers_s_and_says_when_exact() -> None:
 
 def test_shared_cores_and_the_busy_note_only_where_nodes_share_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     import hpcnb.backend
-    from hpcnb.scaling import busy_machine_note, shared_cores
+    from hpcnb.lessons.scaling import busy_machine_note, shared_cores
 
     monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "real")
     assert shared_cores() is None and busy_machine_note(5.0) == ""

@@ -1,4 +1,4 @@
-"""hpcnb.softenv (lesson 3b): Lmod modulefiles over the course's environment, and wheels for a wheelhouse."""
+"""hpcnb.lessons.softenv (lesson 3b): Lmod modulefiles over the course's environment, and wheels for a wheelhouse."""
 from __future__ import annotations
 
 import base64
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.softenv import CACHE_VARIABLES, build_wheel, modulefile, without_course_environment, write_course_modules
+from hpcnb.lessons.softenv import CACHE_VARIABLES, build_wheel, modulefile, without_course_environment, write_course_modules
 
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")  # Debian's lmod (ci/install-system-deps.sh)
 HELLO = {"jobhello.py": "def hello():\n    return 'hello'\n"}

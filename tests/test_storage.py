@@ -1,4 +1,4 @@
-"""Tests for hpcnb.storage: real writes, real reads, checksums, inode counts, staging safety."""
+"""Tests for hpcnb.lessons.storage: real writes, real reads, checksums, inode counts, staging safety."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb import storage as st
+from hpcnb.lessons import storage as st
 
 N, SIZE, MAXCOUNT = 60, 256, 16
 

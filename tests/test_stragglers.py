@@ -1,4 +1,4 @@
-"""hpcnb.stragglers: the outlier test, per-rank log lines, gathering across ranks."""
+"""hpcnb.lessons.stragglers: the outlier test, per-rank log lines, gathering across ranks."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.stragglers import (
+from hpcnb.lessons.stragglers import (
     find_stragglers, format_report, load_times, read_step_logs, save_times, step_line,
 )
 
@@ -124,7 +124,7 @@ def test_save_and_load_times(tmp_path: Path):
 _GATHER = textwrap.dedent("""
     import os, sys
     import torch.distributed as dist
-    from hpcnb.stragglers import gather_step_times
+    from hpcnb.lessons.stragglers import gather_step_times
     rank, size = int(sys.argv[1]), int(sys.argv[2])
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3])
     dist.init_process_group("gloo", rank=rank, world_size=size)
@@ -177,7 +177,7 @@ def test_one_number_per_rank_uses_the_spread_between_ranks():
 
 def test_slowed_node_slows_the_local_node_and_always_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import hpcnb.backend
-    import hpcnb.stragglers as stragglers
+    import hpcnb.lessons.stragglers as stragglers
 
     calls = []
     monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "local")
@@ -190,7 +190,7 @@ def test_slowed_node_slows_the_local_node_and_always_restores_it(monkeypatch: py
 
 def test_slowed_node_on_a_real_slurm_lets_the_rank_pretend(monkeypatch: pytest.MonkeyPatch) -> None:
     import hpcnb.backend
-    import hpcnb.stragglers as stragglers
+    import hpcnb.lessons.stragglers as stragglers
 
     monkeypatch.setattr(hpcnb.backend, "which_slurm", lambda: "real")
     monkeypatch.setattr(stragglers.subprocess, "run", lambda *a, **k: pytest.fail("a real node was touched"))

@@ -1,7 +1,7 @@
-"""hpcnb.training and the job-side scripts of lessons 8-10 (hpcnb.scripts).
+"""hpcnb.lessons.training and the job-side scripts of lessons 8-10 (hpcnb.scripts).
 
 * the helpers: deterministic data and model, the thread count per process, results and weight
-  comparisons, and that ``import hpcnb.training`` stays free of torch;
+  comparisons, and that ``import hpcnb.lessons.training`` stays free of torch;
 * DDP correctness with the lesson's own script, without Slurm: 2 processes (torchrun's
   variables set by hand) end with the weights of 1 process with the same global batch;
 * the scripts as the lessons run them, as real jobs on the local Slurm: ``srun`` on 2 nodes,
@@ -41,13 +41,13 @@ TOLERANCE = 1e-5  # float32 sums taken in a different order; the weights are of 
 
 
 def test_import_stays_light() -> None:
-    code = "import sys, hpcnb.training, hpcnb.scripts; print('torch' in sys.modules)"
+    code = "import sys, hpcnb.lessons.training, hpcnb.scripts; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 
 
 def test_threads_for_process() -> None:
-    from hpcnb.training import threads_for_process
+    from hpcnb.lessons.training import threads_for_process
 
     assert threads_for_process({}) == 1
     assert threads_for_process({"SLURM_CPUS_PER_TASK": "4"}) == 4
@@ -59,7 +59,7 @@ def test_threads_for_process() -> None:
 def test_data_and_model_are_deterministic() -> None:
     import torch
 
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     a, b = training.make_dataset(samples=64), training.make_dataset(samples=64)
     assert all(torch.equal(x, y) for x, y in zip(a.tensors, b.tensors))
@@ -78,7 +78,7 @@ def test_train_epoch_lowers_the_loss_and_results_round_trip(tmp_path: Path) -> N
     import torch
     from torch.utils.data import DataLoader
 
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     data = training.make_dataset(samples=512)
     model = training.make_model(hidden=64)
@@ -119,7 +119,7 @@ def _run_ddp_by_hand(tmp_path: Path, world_size: int, out: str) -> None:
 
 @needs_torch
 def test_ddp_two_ranks_equal_one_rank_with_the_global_batch(tmp_path: Path) -> None:
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     _run_ddp_by_hand(tmp_path, 1, "one")
     _run_ddp_by_hand(tmp_path, 2, "two")
@@ -143,7 +143,7 @@ def _job(args: list[str], workdir: Path, timeout: float = 300) -> str:
 @needs_torch
 @pytest.mark.slow
 def test_ddp_script_srun_and_torchrun_on_two_nodes(workdir: Path) -> None:
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     py = sys.executable
     bin_dir = Path(py).parent
@@ -171,7 +171,7 @@ def test_ddp_script_srun_and_torchrun_on_two_nodes(workdir: Path) -> None:
 @needs_torch
 @pytest.mark.slow
 def test_ddp_node_and_single_scripts(workdir: Path) -> None:
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     py = sys.executable
     _job(["-N1", "--ntasks-per-node=2", "--wrap", f"srun {py} -m hpcnb.scripts.ddp_node_train --out node"], workdir)
@@ -188,7 +188,7 @@ def test_ddp_node_and_single_scripts(workdir: Path) -> None:
 @needs_lightning
 @pytest.mark.slow
 def test_lightning_on_two_nodes_matches_ddp_and_sees_slurm(workdir: Path) -> None:
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     py = sys.executable
     out = _job(["-N2", "--ntasks-per-node=2", "--wrap",
@@ -219,7 +219,7 @@ def test_lightning_interactive_name_and_mismatch(workdir: Path) -> None:
 @pytest.mark.slow
 def test_lightning_requeue_on_sigusr1_resumes(workdir: Path) -> None:
     """The lesson's requeue demonstration: SIGUSR1 -> hpc checkpoint + scontrol requeue -> resumed run."""
-    from hpcnb import training
+    from hpcnb.lessons import training
     from hpcnb.jobs import submit
 
     job = submit(wrap=f"srun {sys.executable} -m hpcnb.scripts.lightning_train --devices 2 --epochs 3 --requeue "
@@ -268,7 +268,7 @@ def _proc_status(pid: int) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(not _horovod_ok(), reason="Horovod not installed (bash ci/build-horovod.sh .venv)")
 def test_horovod_gloo_matches_ddp(workdir: Path) -> None:
-    from hpcnb import training
+    from hpcnb.lessons import training
 
     py = sys.executable
     hosts = 'H=""; for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do H="$H$n:$SLURM_NTASKS_PER_NODE,"; done; '

@@ -1,4 +1,4 @@
-"""Tests for hpcnb.tuning: CPUs and workers from Slurm, device choice, real measurements, rows."""
+"""Tests for hpcnb.lessons.tuning: CPUs and workers from Slurm, device choice, real measurements, rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb import tuning as tu
+from hpcnb.lessons import tuning as tu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def test_bad_slurm_cpus_per_task_is_an_error() -> None:
 
 @pytest.mark.parametrize("cpus", [1, 2])
 def test_workers_inside_a_real_job_step_follow_cpus_per_task(cpus: int, tmp_path: Path) -> None:
-    code = "from hpcnb.tuning import dataloader_workers, cpus_for_job; print(cpus_for_job(), dataloader_workers())"
+    code = "from hpcnb.lessons.tuning import dataloader_workers, cpus_for_job; print(cpus_for_job(), dataloader_workers())"
     out = subprocess.run(["srun", "-c", str(cpus), sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
@@ -48,7 +48,7 @@ def test_workers_inside_a_real_job_step_follow_cpus_per_task(cpus: int, tmp_path
 
 
 def test_import_hpcnb_tuning_does_not_import_torch() -> None:
-    code = "import sys, hpcnb.tuning, hpcnb.precision; print('torch' in sys.modules)"
+    code = "import sys, hpcnb.lessons.tuning, hpcnb.lessons.precision; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 

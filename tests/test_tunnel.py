@@ -1,4 +1,4 @@
-"""Tests for hpcnb.tunnel: rendering and validation, the private server file, then real tunnels
+"""Tests for hpcnb.lessons.tunnel: rendering and validation, the private server file, then real tunnels
 through a throwaway sshd.
 
 The ``ssh`` tests start ``/usr/sbin/sshd`` on 127.0.0.1 (two ports: one plays the login
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.tunnel import (
+from hpcnb.lessons.tunnel import (
     ServerInfo, TunnelPlan, UnsafeServerFile, free_local_port, jupyter_argv, jupyter_script, plan_for_server,
     read_server_file, validate_host, validate_port, validate_user, wait_for_server_file, write_server_file,
 )

@@ -1,9 +1,8 @@
-"""Lesson helpers: what the course's notebooks share, each helper naming the lessons that use it.
-
-Helpers that belong to one topic live with that topic and name their lesson in the docstring
-(``hpcnb.checkpoint.preempt``: lesson 12; ``hpcnb.stragglers.slowed_node``: lesson 13;
-``hpcnb.scaling.shared_cores``: lesson 11; ``hpcnb.softenv.write_course_modules``: lesson 3b). This room
-holds what every notebook needs:
+"""Lesson helpers: what the course's notebooks (and the scripts their jobs run) use beside the job
+API, one module per topic, each naming its lessons in its docstring: ``checkpoint`` (12),
+``distributed`` (8, 10, 11, 13), ``precision`` (7), ``scaling`` (11), ``softenv`` (3b), ``storage`` (2),
+``stragglers`` (13), ``training`` (8, 9, 10), ``tuning`` (6, 7), ``tunnel`` (5). This module holds
+what every notebook needs:
 
 * :func:`setup` — the first cell of every lesson and exercise notebook;
 * :func:`work_folder` — the folder a lesson's files and jobs work in;

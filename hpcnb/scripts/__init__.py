@@ -7,6 +7,6 @@
 * ``lightning_train`` — the same model as a LightningModule, ``Trainer(num_nodes=..., devices=...)``.
 * ``horovod_train``  — the same training with Horovod (``horovodrun --gloo``).
 
-Each writes ``<out>.json`` and ``<out>.pt`` from rank 0 only (see :func:`hpcnb.training.save_result`).
+Each writes ``<out>.json`` and ``<out>.pt`` from rank 0 only (see :func:`hpcnb.lessons.training.save_result`).
 Nothing here is imported by ``import hpcnb``.
 """

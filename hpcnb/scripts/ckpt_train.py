@@ -3,7 +3,7 @@
     python -m hpcnb.scripts.ckpt_train --ckpt-dir ckpt --steps 40
 
 * On start it resumes from the newest checkpoint in ``--ckpt-dir`` (or starts fresh) and says so.
-* It saves a checkpoint every ``--every`` steps (atomically: :func:`hpcnb.checkpoint.atomic_save`).
+* It saves a checkpoint every ``--every`` steps (atomically: :func:`hpcnb.lessons.checkpoint.atomic_save`).
 * On ``SIGUSR1`` (``#SBATCH --signal=B:USR1@<seconds>``) it saves and asks Slurm to requeue the
   job (``scontrol requeue $SLURM_JOB_ID``); on ``SIGTERM`` (preemption, ``scancel``, the time
   limit) it saves and exits — a preempted ``--requeue`` job is requeued by Slurm itself.
@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from hpcnb.checkpoint import Checkpointer, SignalGuard, restart_count
+from hpcnb.lessons.checkpoint import Checkpointer, SignalGuard, restart_count
 
 
 def weights_checksum(model) -> str:

@@ -10,8 +10,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from hpcnb import training
-from hpcnb.distributed import backend_for, leave, pick_device, synchronize
+from hpcnb.lessons import training
+from hpcnb.lessons.distributed import backend_for, leave, pick_device, synchronize
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -56,4 +56,4 @@ if rank == 0:  # only rank 0 writes: every rank holds the same weights
     training.save_result(args.out, model, world_size=world_size, seconds=seconds, epochs=args.epochs,
                          batch=args.batch, lr=args.lr, losses=losses)
     print(f"trained in {seconds:.2f} s", flush=True)
-leave()  # barrier, destroy_process_group, exit (hpcnb.distributed.leave says why not a plain return)
+leave()  # barrier, destroy_process_group, exit (hpcnb.lessons.distributed.leave says why not a plain return)

@@ -20,8 +20,8 @@ except ImportError as err:  # Horovod is compiled against one torch version: it 
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from hpcnb import training
-from hpcnb.distributed import pick_device
+from hpcnb.lessons import training
+from hpcnb.lessons.distributed import pick_device
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -68,4 +68,4 @@ if hvd.rank() == 0:  # only rank 0 writes: every worker holds the same weights
     print(f"trained in {seconds:.2f} s", flush=True)
 hvd.shutdown()  # Horovod's own teardown: its background thread stops here
 sys.stdout.flush()
-os._exit(0)  # and none of torch's may abort Python's own teardown (hpcnb.distributed.leave)
+os._exit(0)  # and none of torch's may abort Python's own teardown (hpcnb.lessons.distributed.leave)

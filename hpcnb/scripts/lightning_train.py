@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from hpcnb import training
-from hpcnb.distributed import leave
+from hpcnb.lessons import training
+from hpcnb.lessons.distributed import leave
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NNODES", 1)))
@@ -144,5 +144,5 @@ if trainer.is_global_zero:  # only rank 0 writes: every rank holds the same weig
     print(f"trained in {timer.seconds:.2f} s; final loss {training.full_loss(model.net, data):.4f}", flush=True)
 
 # Leave together, close the process group, and exit without Python's teardown, where gloo's threads
-# can still abort the process ("terminate called ..."): see hpcnb.distributed.leave
+# can still abort the process ("terminate called ..."): see hpcnb.lessons.distributed.leave
 leave()

@@ -8,7 +8,7 @@ Run one task per process under srun::
   run does the same total work and, more tasks, each does less.
 * ``--kind weak``: every task keeps ``--batch`` samples per step, so the global batch (and the
   total work) grows with the tasks; the learning rate is scaled with it
-  (:func:`hpcnb.scaling.lr_scaling`, linear rule from ``--base-lr`` at ``--base-batch``).
+  (:func:`hpcnb.lessons.scaling.lr_scaling`, linear rule from ``--base-lr`` at ``--base-batch``).
 
 The model is an MLP on a synthetic classification task; gradients are averaged with
 ``torch.nn.parallel.DistributedDataParallel`` (NCCL on GPUs, gloo on CPUs). Only the training loop is timed
@@ -18,7 +18,7 @@ prints one line::
 
     SCALING kind=strong tasks=2 nodes=1 seconds=1.234 samples=61440 global_batch=1024 ...
 
-which is a row of :mod:`hpcnb.scaling`'s runs table (``startup_s`` is the time from the
+which is a row of :mod:`hpcnb.lessons.scaling`'s runs table (``startup_s`` is the time from the
 process's start to the first timed step: Python, torch, and the process group).
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from hpcnb.distributed import init_process_group, leave, pick_device, synchronize
-    from hpcnb.scaling import global_batch, lr_scaling
+    from hpcnb.lessons.distributed import init_process_group, leave, pick_device, synchronize
+    from hpcnb.lessons.scaling import global_batch, lr_scaling
 
     imported = time.time() - psutil.Process().create_time()
     torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
               f"global_batch={gbatch} per_task_batch={per_task} lr={lr:g} loss={loss:.6f} "
               f"wall_s={wall:.4f} startup_s={startup:.2f} import_s={imported:.2f} connect_s={connected - imported:.2f} "
               f"job_id={os.environ.get('SLURM_JOB_ID', '')}", flush=True)
-    leave()  # barrier, destroy the group, exit (see hpcnb.distributed.leave)
+    leave()  # barrier, destroy the group, exit (see hpcnb.lessons.distributed.leave)
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from hpcnb import training
+from hpcnb.lessons import training
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)

@@ -10,7 +10,7 @@ Each step on each rank is timed in two parts:
 * ``wait_s``    — the gradient all-reduce: communication plus waiting for the slowest rank.
 
 Every rank prints one line per step (``rank=2 host=node2 step=7 compute_s=... wait_s=...``,
-see :func:`hpcnb.stragglers.step_line`); at the end the times are gathered across ranks with
+see :func:`hpcnb.lessons.stragglers.step_line`); at the end the times are gathered across ranks with
 torch.distributed and rank 0 writes them to ``--out`` (JSON) and prints the outlier test.
 
 ``--simulate-slow-rank R --simulate-factor F`` makes rank R's compute F times longer by
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     import torch
     import torch.distributed as dist
 
-    from hpcnb.distributed import init_process_group, leave, pick_device, synchronize
-    from hpcnb.stragglers import find_stragglers, format_report, gather_step_times, save_times, step_line
+    from hpcnb.lessons.distributed import init_process_group, leave, pick_device, synchronize
+    from hpcnb.lessons.stragglers import find_stragglers, format_report, gather_step_times, save_times, step_line
 
     torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
     world = init_process_group()  # NCCL on a GPU, gloo on the CPU
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if size >= 3:
             print(format_report(find_stragglers(times, {r: rec["host"] for r, rec in gathered.items()})), flush=True)
         print(f"wrote {args.out} ({size} ranks x {len(steps)} steps)", flush=True)
-    leave()  # barrier, destroy the group, exit (see hpcnb.distributed.leave)
+    leave()  # barrier, destroy the group, exit (see hpcnb.lessons.distributed.leave)
 
 if __name__ == "__main__":
     main()

@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from hpcnb.distributed import init_process_group, leave
+from hpcnb.lessons.distributed import init_process_group, leave
 
 world = init_process_group(timeout_s=60)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))

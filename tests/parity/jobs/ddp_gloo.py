@@ -30,4 +30,4 @@ if rank == 0:
 dist.barrier()  # nobody tears gloo down while another rank still talks to it
 dist.destroy_process_group()
 sys.stdout.flush()
-os._exit(0)  # no interpreter teardown: gloo's threads can abort it (see hpcnb.distributed.leave)
+os._exit(0)  # no interpreter teardown: gloo's threads can abort it (see hpcnb.lessons.distributed.leave)

@@ -1,4 +1,5 @@
-"""Single-device tuning: measure what makes one training process faster, on CPU or on a GPU.
+"""Lesson 6 (and 7): single-device tuning: measure what makes one training process faster, on
+CPU or on a GPU.
 
 Everything here is measured, nothing is assumed. A tiny CNN trains on a synthetic image
 dataset generated on the fly (no downloads): each sample is drawn from a class prototype
@@ -24,7 +25,7 @@ The helpers return **tidy rows** (one dict per measured configuration, columns
   skipped with a note when it is unavailable, too slow to compile, or not faster.
 * :func:`before_after` — the untuned and the tuned configuration, measured alternately.
 
-``import hpcnb.tuning`` does not import torch; the functions do.
+``import hpcnb.lessons.tuning`` does not import torch; the functions do.
 """
 from __future__ import annotations
 
@@ -726,7 +727,7 @@ def measure_compile(cfg: Config, dataset, *, dev: str | None = None, epochs: int
     env = dict(os.environ)
     if cpus_for_job() <= 4:  # a pool of compile workers costs more than it saves on few CPUs
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    args = [sys.executable, "-m", "hpcnb.tuning", "compile-probe", json.dumps(cfg.fields()),
+    args = [sys.executable, "-m", "hpcnb.lessons.tuning", "compile-probe", json.dumps(cfg.fields()),
             json.dumps(dataset.spec()), str(epochs), dev]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -896,6 +897,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "compile-probe":
         _compile_probe(*sys.argv[2:])
     else:
-        print("usage: python -m hpcnb.tuning compile-probe CONFIG_JSON DATASET_JSON EPOCHS DEVICE",
+        print("usage: python -m hpcnb.lessons.tuning compile-probe CONFIG_JSON DATASET_JSON EPOCHS DEVICE",
               file=sys.stderr)
         sys.exit(2)

@@ -1,4 +1,5 @@
-"""Checkpoints that survive a kill at any moment, and training jobs that survive preemption.
+"""Lesson 12 (checkpointing, preemption): checkpoints that survive a kill at any moment, and
+training jobs that survive preemption.
 
 The pieces a long training run needs on a cluster:
 
@@ -29,7 +30,7 @@ A job-side loop::
             guard.finish()                        # requeue after SIGUSR1, then exit
     ck.save(total, model, optimizer)
 
-``import hpcnb.checkpoint`` does not import torch; the functions that need it do.
+``import hpcnb.lessons.checkpoint`` does not import torch; the functions that need it do.
 """
 from __future__ import annotations
 
@@ -266,7 +267,7 @@ def requeue_demo_timing(startup_s: float | None = None) -> tuple[float, str, int
 def measure_startup() -> float:
     """Seconds a fresh Python takes to import torch and the checkpoint helpers here, now (lesson 12)."""
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch, hpcnb.checkpoint"], check=True, timeout=300,
+    subprocess.run([sys.executable, "-c", "import torch, hpcnb.lessons.checkpoint"], check=True, timeout=300,
                    capture_output=True)
     return time.monotonic() - began
 

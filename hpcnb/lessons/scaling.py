@@ -1,4 +1,5 @@
-"""Scaling curves from a tidy table of runs: speed-up, efficiency, Amdahl, batch/LR rules.
+"""Lesson 11: scaling curves from a tidy table of runs: speed-up, efficiency, Amdahl, batch/LR
+rules.
 
 One row per measured run (CSV columns ``tasks,nodes,seconds[,samples][,kind]``;
 any extra columns such as ``job_id`` are kept). ``seconds`` is the wall time of

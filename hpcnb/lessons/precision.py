@@ -1,4 +1,5 @@
-"""TF32 and friends: what the PyTorch switches do, and what reduced precision costs and buys.
+"""Lesson 7: TF32 and friends: what the PyTorch switches do, and what reduced precision costs
+and buys.
 
 TF32 ("TensorFloat-32") is how NVIDIA tensor cores (Ampere, compute capability 8.0, and
 later) multiply float32 matrices fast: the inputs keep float32's 8 exponent bits but only
@@ -14,7 +15,7 @@ Two cases, chosen by :func:`mode`:
   :func:`emulated_matmul_errors` / :func:`emulated_training` show the accuracy effect.
   Every such row says ``"emulated"``; no speed is claimed for it.
 
-``import hpcnb.precision`` does not import torch; the functions do.
+``import hpcnb.lessons.precision`` does not import torch; the functions do.
 """
 from __future__ import annotations
 

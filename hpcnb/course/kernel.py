@@ -1,6 +1,6 @@
 """The course's Jupyter kernel: an ipykernel whose PATH finds the chosen Slurm first.
 
-``hpcnb kernel install`` registers it; the kernel then runs ``python -m hpcnb.kernel -f <file>``,
+``hpcnb kernel install`` registers it; the kernel then runs ``python -m hpcnb.course.kernel -f <file>``,
 which picks local or real Slurm (HPCNB_SLURM) and execs the ordinary ipykernel.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ def install(user: bool = False, prefix: str | None = None) -> str:
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = {
-        "argv": [sys.executable, "-m", "hpcnb.kernel", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", "hpcnb.course.kernel", "-f", "{connection_file}"],
         "display_name": "Python 3 (hpcnb: Slurm course)",
         "language": "python",
         "metadata": {"debugger": True},

@@ -1,4 +1,5 @@
-"""Find the slow rank: per-rank step times, gathered across ranks, and a robust outlier test.
+"""Lesson 13: find the slow rank: per-rank step times, gathered across ranks, and a robust
+outlier test.
 
 In synchronous data parallelism every step ends with an all-reduce of the gradients, so the
 *whole* job advances at the pace of its slowest process: one GPU that has become 5x slower
@@ -15,7 +16,7 @@ work *before* the all-reduce (forward + backward): that is where the slow rank s
   ratio and a robust z-score (median absolute deviation); a rank is slow when both are large.
 * :func:`format_report` and :func:`plot_rank_times` show the result.
 
-``import hpcnb.stragglers`` does not import torch.
+``import hpcnb.lessons.stragglers`` does not import torch.
 """
 from __future__ import annotations
 
@@ -272,7 +273,7 @@ def read_step_logs(sources: str | os.PathLike[str] | Iterable[str | os.PathLike[
 def plot_rank_times(gathered: Mapping[int, Mapping[str, Any]], field: str = "compute_s",
                     results: Iterable[RankTiming] | None = None, ax: Any = None, title: str | None = None) -> Any:
     """Each rank's step times (``field``) against the step, slow ranks highlighted; returns the Figure."""
-    from hpcnb.scaling import _pyplot
+    from hpcnb.lessons.scaling import _pyplot
 
     plt = _pyplot()
     if ax is None:

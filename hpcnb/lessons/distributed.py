@@ -1,4 +1,5 @@
-"""torch.distributed from Slurm's variables: ranks, world size, a master address and a port that can't clash.
+"""Lessons 8, 10, 11 and 13, inside their jobs: torch.distributed from Slurm's variables: ranks,
+world size, a master address and a port that can't clash.
 
 Slurm never sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; this module derives them the way the
 lessons teach: ranks from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS, the first host of the job from

@@ -1,12 +1,12 @@
 """A sandbox for untrusted notebook code: a Jupyter kernel inside bubblewrap, as an unprivileged user.
 
-The grader (:mod:`hpcnb.grading`) executes each submission with :class:`SandboxedExecute`, nbgrader's
+The grader (:mod:`hpcnb.course.grading`) executes each submission with :class:`SandboxedExecute`, nbgrader's
 Execute preprocessor whose kernel :class:`SandboxKernelManager` starts here. Only the kernel runs
 inside; nbgrader and nbclient stay outside, so the notebook file (hidden tests of cells not yet run),
 the source notebooks, the gradebook and the results never enter the sandbox: a cell's code reaches
 the kernel when it runs, as in any Jupyter session.
 
-``python -m hpcnb.sandbox run [...] -- COMMAND`` (the kernel's launch command) runs as the grader:
+``python -m hpcnb.course.sandbox run [...] -- COMMAND`` (the kernel's launch command) runs as the grader:
 
 * as root it binds what the sandbox needs into a private staging area (``/root`` is closed to
   other users), then becomes the user ``hpcnb-grader`` (created if missing); otherwise it stays the
@@ -292,7 +292,7 @@ def probe(timeout: float = 60.0) -> None:
     """Start a trivial sandbox; raise SandboxError saying why when it cannot work here."""
     if shutil.which("bwrap") is None:
         raise SandboxError("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
-    argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--", "true"]
+    argv = [sys.executable, "-m", "hpcnb.course.sandbox", "run", "--", "true"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -328,9 +328,9 @@ def _kernel_manager_class() -> type:
     from traitlets import Dict
 
     class SandboxKernelManager(AsyncKernelManager):
-        """A kernel started in the sandbox by ``python -m hpcnb.sandbox run``, over ipc sockets."""
+        """A kernel started in the sandbox by ``python -m hpcnb.course.sandbox run``, over ipc sockets."""
 
-        limits = Dict(config=True, help="Limits (hpcnb.sandbox.Limits fields) for the kernel's sandbox")
+        limits = Dict(config=True, help="Limits (hpcnb.course.sandbox.Limits fields) for the kernel's sandbox")
         sandbox_env = Dict(config=True, help="extra environment variables inside the sandbox")
 
         def __init__(self, **kwargs: Any) -> None:
@@ -349,10 +349,10 @@ def _kernel_manager_class() -> type:
         @property
         def kernel_spec(self) -> KernelSpec:
             Limits.from_dict(self.limits)  # a bad limit fails here, clearly
-            argv = [sys.executable, "-m", "hpcnb.sandbox", "run", "--connection-file", "{connection_file}",
+            argv = [sys.executable, "-m", "hpcnb.course.sandbox", "run", "--connection-file", "{connection_file}",
                     "--info-file", str(self.info_file), "--limits", json.dumps(self.limits),
                     "--env", json.dumps(self.sandbox_env), "--discard-output", "--",
-                    sys.executable, "-m", "hpcnb.sandbox", "kernel", "-f", CONNECTION_FILE]
+                    sys.executable, "-m", "hpcnb.course.sandbox", "kernel", "-f", CONNECTION_FILE]
             return KernelSpec(argv=argv, interrupt_mode="message", language="python",
                               display_name="Python 3 (hpcnb sandbox)")
 
@@ -458,7 +458,7 @@ def _kernel_client_class() -> type:
 
 
 def __getattr__(name: str) -> Any:
-    """The Jupyter classes are made on first use: importing hpcnb.sandbox stays light."""
+    """The Jupyter classes are made on first use: importing hpcnb.course.sandbox stays light."""
     makers = {"SandboxKernelManager": _kernel_manager_class, "SandboxKernelClient": _kernel_client_class,
               "SandboxedExecute": _execute_class}
     if name in makers:
@@ -640,7 +640,7 @@ def kernel(argv: list[str]) -> None:
 # ------------------------------------------------------------------ command line
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcnb.sandbox", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcnb.course.sandbox", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     go = sub.add_parser("run", help="run COMMAND in the sandbox (replaces this process with bwrap)")
     go.add_argument("--limits", default="{}", help="JSON object of Limits fields")
@@ -668,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         run(cmd, Limits.from_dict(json.loads(args.limits)), env=json.loads(args.env),
             connection_file=args.connection_file, info_file=args.info_file, discard_output=args.discard_output)
     except (SandboxError, OSError, ValueError) as err:
-        print(f"hpcnb.sandbox: {err}", file=sys.stderr)
+        print(f"hpcnb.course.sandbox: {err}", file=sys.stderr)
         return 1
     return 0
 

@@ -129,7 +129,7 @@ def build_wheel(dest: str | Path, name: str, version: str, modules: Mapping[str,
     files = {path: source.encode() for path, source in modules.items()}
     files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
                                  f"Summary: {summary}\n").encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: hpcnb.softenv\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: hpcnb.lessons.softenv\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     out = Path(dest) / f"{stem}-{version}-py3-none-any.whl"

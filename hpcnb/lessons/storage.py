@@ -1,4 +1,5 @@
-"""The small-files problem, measured: three dataset layouts, inode counting, staging.
+"""Lesson 2 (storage tiers): the small-files problem, measured: three dataset layouts, inode
+counting, staging.
 
 A cluster filesystem (Lustre, GPFS, NFS) pays a metadata round trip for every
 file it creates or opens, and quotas count files as well as bytes (CSCS's Piz

@@ -1,4 +1,5 @@
-"""A tiny model, a synthetic dataset and a training step shared by the DDP, Lightning and Horovod lessons.
+"""Lessons 8, 9 and 10, inside their jobs: a tiny model, a synthetic dataset and a training step
+shared by the DDP, Lightning and Horovod lessons.
 
 Everything is deterministic: the dataset and the initial weights come from fixed seeds, so two
 runs with the same *global* batch give the same weights whatever the number of processes —
@@ -13,7 +14,7 @@ which is how the lessons show that data parallelism is correct.
 * :func:`save_result` / :func:`load_result` — rank 0's JSON summary plus the final weights.
 * :func:`max_weight_difference` — how far apart two runs' final weights are.
 
-``import hpcnb.training`` does not import torch; the functions do (inside the job).
+``import hpcnb.lessons.training`` does not import torch; the functions do (inside the job).
 """
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 
 Both go through nbgrader (its own preprocessors, in a throw-away course directory)::
 
-    python -m hpcnb.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
-    python -m hpcnb.grading check        # exercises/ up to date with solutions/, and nothing leaked
-    python -m hpcnb.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
-    python -m hpcnb.grading autograde SUBMISSIONS --out grades/
+    python -m hpcnb.course.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
+    python -m hpcnb.course.grading check        # exercises/ up to date with solutions/, and nothing leaked
+    python -m hpcnb.course.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
+    python -m hpcnb.course.grading autograde SUBMISSIONS --out grades/
                                          # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
 
 ``generate`` copies only the solution notebooks into the temporary course (nbgrader would
@@ -19,7 +19,7 @@ replaced by the source's, deleted ones are added back, hidden tests come back; e
 under ``ExecutePreprocessor.timeout``), then writes ``grades.csv``, ``cells.csv``, feedback
 HTML (``nbgrader generate_feedback``) per student, the autograded notebooks and the gradebook.
 nbgrader runs as the instructor; the student's code runs only in the kernel, which nbgrader's
-Execute (:class:`hpcnb.sandbox.SandboxedExecute`) starts in a bubblewrap sandbox of its own.
+Execute (:class:`hpcnb.course.sandbox.SandboxedExecute`) starts in a bubblewrap sandbox of its own.
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hpcnb import sandbox
-from hpcnb.sandbox import Limits, SandboxError
+from hpcnb.course import sandbox
+from hpcnb.course.sandbox import Limits, SandboxError
 from hpcnb.slurm import sizes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The course checkout's folders (an editable install); from a plain install: the current folder's.
 _BASE = ROOT if (ROOT / "solutions").is_dir() else Path.cwd()
 SOLUTIONS_DIR = _BASE / "solutions"
@@ -115,11 +115,11 @@ def _config(course: Path, timeout: int | None = None, limits: Limits | None = No
     from traitlets.config import Config
 
     c = Config()
-    if limits is not None:  # autograde: the kernel runs in the sandbox (hpcnb.sandbox)
+    if limits is not None:  # autograde: the kernel runs in the sandbox (hpcnb.course.sandbox)
         from nbgrader.converters import Autograde
         from nbgrader.preprocessors import Execute
 
-        from hpcnb.sandbox import SandboxedExecute
+        from hpcnb.course.sandbox import SandboxedExecute
 
         default = Autograde.class_traits()["autograde_preprocessors"].default()
         c.Autograde.autograde_preprocessors = [SandboxedExecute if p is Execute else p for p in default]
@@ -588,7 +588,7 @@ def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: i
                          limit: float, limits: Limits) -> tuple[str, str]:
     """Autograde + feedback for one notebook in its own process group; (status, log tail).
     The process is the instructor's (nbgrader); the submission's code runs in its kernel's sandbox."""
-    argv = [sys.executable, "-m", "hpcnb.grading", "_grade-one", str(course), assignment, student,
+    argv = [sys.executable, "-m", "hpcnb.course.grading", "_grade-one", str(course), assignment, student,
             "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -662,8 +662,8 @@ def autograde(
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
 
-    Each notebook's code runs in its own sandbox (:mod:`hpcnb.sandbox`) with ``limits`` (default:
-    :class:`~hpcnb.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
+    Each notebook's code runs in its own sandbox (:mod:`hpcnb.course.sandbox`) with ``limits`` (default:
+    :class:`~hpcnb.course.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
     """
     submissions, out = Path(submissions), Path(out)
     if not submissions.is_dir():
@@ -839,7 +839,7 @@ def _limit(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcnb.grading", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcnb.course.grading", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write exercises/ (student versions) from solutions/")
     chk = sub.add_parser("check", help="exit 1 unless exercises/ is up to date and holds no solution text")
@@ -859,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
     grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
                        help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
-                            "(repeatable; see hpcnb.sandbox.Limits)")
+                            "(repeatable; see hpcnb.course.sandbox.Limits)")
     one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
     one.add_argument("course", type=Path)
     one.add_argument("assignment")
@@ -877,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{_show(args.exercises)} is not in order:", file=sys.stderr)
                 for problem in problems:
                     print(f"  - {problem}", file=sys.stderr)
-                print("Fix: python -m hpcnb.grading generate (and commit exercises/)", file=sys.stderr)
+                print("Fix: python -m hpcnb.course.grading generate (and commit exercises/)", file=sys.stderr)
                 return 1
             count = len(solution_notebooks(args.solutions))
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
@@ -894,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
     except GradingError as err:
-        print(f"hpcnb.grading: {err}", file=sys.stderr)
+        print(f"hpcnb.course.grading: {err}", file=sys.stderr)
         return 2
 
 

@@ -1,4 +1,4 @@
-"""SSH tunnels to JupyterLab on a compute node: laptop -> login node -> compute node.
+"""Lesson 5: SSH tunnels to JupyterLab on a compute node: laptop -> login node -> compute node.
 
 JupyterLab runs inside a Slurm job on a compute node, bound to 127.0.0.1. The server
 picks its own port (``--port=0``: the kernel hands it a free one, so nobody can work it

@@ -1,0 +1,48 @@
+"""The package's rooms (ARCHITECTURE.md): what lives at the top level, lesson helpers naming their
+lessons, and the old module names that still import."""
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hpcnb
+
+PACKAGE = Path(hpcnb.__file__).parent
+# the job API, the linter, the command line, which Slurm; and one old name kept as a module
+TOP_LEVEL = {"__init__", "backend", "cli", "jobs", "jobscript", "lint", "poller", "widgets", "slurm_options"}
+ROOMS = {"slurm", "localslurm", "sites", "lessons", "course", "scripts"}
+
+
+def test_top_level_holds_only_the_job_api_and_the_rooms():
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert modules == TOP_LEVEL
+    assert folders == ROOMS
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "lessons").glob("*.py")), ids=lambda p: p.stem)
+def test_every_lesson_helper_names_its_lessons(path):
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert re.search(r"\b[Ll]essons? \d+", doc) or "every lesson" in doc, path.name
+
+
+@pytest.mark.parametrize("old", sorted(hpcnb.MOVED))
+def test_old_module_names_import_the_moved_module(old):
+    code = (f"import hpcnb.{old} as a, {hpcnb.MOVED[old]} as b\n"
+            f"from hpcnb import {old} as c\n"
+            "assert a is b is c, (a, b, c)\n"
+            f"assert a.__name__ == a.__spec__.name == {hpcnb.MOVED[old]!r}, a.__spec__\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_an_unknown_module_is_still_an_import_error():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("hpcnb.no_such_module")
+    with pytest.raises(AttributeError):
+        hpcnb.no_such_module  # noqa: B018
