@@ -145,3 +145,29 @@ def test_srun_cpus_per_task_from_the_environment(lane: Lane, workdir: Path, vari
                              "SLURM_CPUS_PER_TASK=1 != SLURM_TRES_PER_TASK=cpu=2", "exit code 1"]
     else:
         assert lines[1:] == ["exit code 0"]
+
+
+def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, monkeypatch) -> None:
+    """Whether node names need libnss-wrapper is found once (lookups cost every command some ms),
+    kept private in the state directory, and found again for other names."""
+    from hpcnb.localslurm import names
+
+    monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
+    looked_up: list[str] = []
+    monkeypatch.setattr(names, "resolves", lambda name: looked_up.append(name) or False)
+    monkeypatch.setattr(names, "nss_wrapper_library", lambda: "/usr/lib/libnss_wrapper.so")
+    cluster = type("C", (), {"nodes": {"node1": None, "node2": None}})()
+    old = os.umask(0)
+    try:
+        first = names.resolver_env(cluster, {"LD_PRELOAD": "/x.so"})
+        again = names.resolver_env(cluster, {})
+    finally:
+        os.umask(old)
+    assert first == {"LD_PRELOAD": "/usr/lib/libnss_wrapper.so:/x.so", "NSS_WRAPPER_HOSTS": str(tmp_path / "hosts")}
+    assert again["NSS_WRAPPER_HOSTS"] == str(tmp_path / "hosts") and looked_up == ["node1"]
+    assert (tmp_path / "hosts").read_text() == "127.0.0.1 node1\n::1 node1\n127.0.0.1 node2\n::1 node2\n"
+    for kept in ("hosts", "resolver.json"):
+        assert (tmp_path / kept).stat().st_mode & 0o777 == 0o600, kept
+    cluster.nodes = {"gpu1": None}
+    names.resolver_env(cluster, {})
+    assert looked_up == ["node1", "gpu1"] and "gpu1" in (tmp_path / "hosts").read_text()

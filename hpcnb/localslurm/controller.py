@@ -328,7 +328,9 @@ def main() -> int:
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _LOCK_FD = fd
     paths.never_create()  # removed while we start up (the lock is taken): leave, do not start a new state
-    from . import supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
+    from . import envvars, supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
+
+    envvars.local_commands_folder()  # found once here, not again in every forked supervisor
 
     try:
         Controller().run()

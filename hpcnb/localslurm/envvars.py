@@ -8,7 +8,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import socket
 from typing import Any
 
 import hostlist
@@ -179,7 +178,7 @@ def node_tmpdir(job_id: int, node: str):
 
 
 def submit_host() -> str:
-    return socket.gethostname()
+    return os.uname().nodename  # gethostname(2), without importing socket
 
 
 _LOGIN_DROP = ("_", "PWD", "OLDPWD")
@@ -234,13 +233,25 @@ def _with_login_env(job: dict[str, Any], base: dict[str, str]) -> dict[str, str]
     return {**login_env(job["uid"]), **base}
 
 
+_COMMANDS_FOLDER: list[str] = []  # found once per process; forked supervisors inherit it
+
+
+def local_commands_folder() -> str:
+    """The folder of the local Slurm's commands (:func:`hpcnb.backend.local_bin_dir`, which checks
+    and rewrites every command: some milliseconds), found once per process while its srun is there.
+    The controller finds it as it starts, so that its supervisors never pay for it."""
+    if not _COMMANDS_FOLDER or not os.path.exists(os.path.join(_COMMANDS_FOLDER[0], "srun")):
+        from hpcnb.backend import local_bin_dir
+
+        _COMMANDS_FOLDER[:] = [str(local_bin_dir())]
+    return _COMMANDS_FOLDER[0]
+
+
 def _with_local_commands(env: dict[str, str]) -> None:
     """The local Slurm's commands on the job's PATH, first, as a cluster's srun is on every login
     PATH: a job whose PATH is the login one (--export=NONE) or one without them runs our srun,
     never another Slurm's that this machine may also have."""
-    from hpcnb.backend import local_bin_dir
-
-    folder = str(local_bin_dir())
+    folder = local_commands_folder()
     path = env.get("PATH")
     if path is not None and folder not in path.split(os.pathsep):
         env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder

@@ -9,8 +9,8 @@ Debian's libnss-wrapper preloaded with a private hosts file naming every node fo
 from __future__ import annotations
 
 import glob
+import json
 import os
-import socket
 import sys
 
 from . import paths
@@ -23,6 +23,8 @@ FIX = (
 
 
 def resolves(name: str) -> bool:
+    import socket
+
     try:
         return any(info[4][0] in ("127.0.0.1", "::1") or info[4][0].startswith("127.")
                    for info in socket.getaddrinfo(name, None))
@@ -37,7 +39,41 @@ def nss_wrapper_library() -> str | None:
 
 def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     """Variables a job needs so its node names resolve ({} when they already do)."""
-    names = list(cluster.nodes)
+    found = _resolver(list(cluster.nodes))
+    if not found:
+        return {}
+    library, hosts = found["library"], found["hosts"]
+    preload = env.get("LD_PRELOAD", "")
+    if library not in preload.split(":"):
+        preload = f"{library}:{preload}" if preload else library
+    return {"LD_PRELOAD": preload, "NSS_WRAPPER_HOSTS": hosts}
+
+
+def _resolver(names: list[str]) -> dict[str, str]:
+    """The nss_wrapper library and hosts file the node names need ({} if they resolve, or if there
+    is no library), remembered in the state directory until /etc/hosts or the names change: each
+    lookup and the library search cost every command some milliseconds."""
+    try:
+        etc = os.stat("/etc/hosts")
+        key = [names, etc.st_ino, etc.st_mtime_ns, etc.st_size]
+    except OSError:
+        key = [names]
+    memo = paths.state_dir() / "resolver.json"
+    try:
+        kept = json.loads(memo.read_text())
+        if kept["key"] == key and (not kept["found"] or os.path.exists(kept["found"]["hosts"])):
+            return kept["found"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = _find_resolver(names)
+    try:
+        _write_private(memo, json.dumps({"key": key, "found": found}))
+    except OSError:
+        pass  # only a memo
+    return found
+
+
+def _find_resolver(names: list[str]) -> dict[str, str]:
     if all(resolves(n) for n in names):
         return {}
     library = nss_wrapper_library()
@@ -46,15 +82,18 @@ def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     hosts = paths.state_dir() / "hosts"
     text = "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
     if not hosts.exists() or hosts.read_text() != text:
-        tmp = hosts.with_suffix(".tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:  # private, any umask
-            fh.write(text)
-        tmp.chmod(0o600)  # one left by an older version, under a loose umask
-        tmp.replace(hosts)
-    preload = env.get("LD_PRELOAD", "")
-    if library not in preload.split(":"):
-        preload = f"{library}:{preload}" if preload else library
-    return {"LD_PRELOAD": preload, "NSS_WRAPPER_HOSTS": str(hosts)}
+        _write_private(hosts, text)
+    return {"library": library, "hosts": str(hosts)}
+
+
+def _write_private(path, text: str) -> None:
+    """Write a file of the state directory whole (rename), private under any umask; commands
+    writing it together each rename their own."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        fh.write(text)
+    tmp.chmod(0o600)  # one left by an older version, under a loose umask
+    tmp.replace(path)
 
 
 def status(cluster: Cluster) -> tuple[bool, str]:

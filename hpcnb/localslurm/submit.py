@@ -5,7 +5,6 @@ import json
 import os
 import pwd
 import re
-import shutil
 import sqlite3
 
 from . import db, envvars, paths, scheduler
@@ -145,6 +144,8 @@ def queue_jobs(
                     stored.append(job_id)
                     _store_script(job_id, script)  # inside the transaction: the controller can't start it first
     except BaseException:
+        import shutil
+
         for job_id in stored:
             shutil.rmtree(paths.state_dir() / "jobs" / str(job_id), ignore_errors=True)
         raise

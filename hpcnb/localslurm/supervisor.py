@@ -564,9 +564,7 @@ def batch_argv(script: str, args: list[str]) -> list[str]:
     flags = login.group(2).split() if login else []
     if not any(f == "--login" or (not f.startswith("--") and "l" in f) for f in flags):
         return [script, *args]
-    from hpcnb.backend import local_bin_dir
-
-    command = f'PATH="{local_bin_dir()}${{PATH:+:$PATH}}"; . "$0" "$@"'
+    command = f'PATH="{envvars.local_commands_folder()}${{PATH:+:$PATH}}"; . "$0" "$@"'
     return [login.group(1), *flags, "-c", command, script, *args]
 
 

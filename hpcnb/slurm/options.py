@@ -12,7 +12,6 @@ every option.  The parser reproduces glibc ``getopt_long`` with Slurm's
 
 from __future__ import annotations
 
-import difflib
 import unicodedata
 from dataclasses import dataclass
 
@@ -467,5 +466,7 @@ def suggest(name: str, command: str) -> str | None:
     _check_command(command)
     name = name.lstrip("-").partition("=")[0]
     names = [s.long for s in _PER_COMMAND[command] if s.long not in _ALIASES]
+    import difflib
+
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
     return close[0] if close else None
