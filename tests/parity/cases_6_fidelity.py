@@ -62,8 +62,9 @@ def _salloc_with(side: Side, norm: Norm, wd: Path, env: dict[str, str]) -> tuple
     res = side.run(["salloc", "-n1", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOBID"], wd, env=env)
     granted = re.search(r"Granted job allocation (\d+)", res.stderr)
     norm.add_ids(int(granted.group(1)) if granted else 0)
-    # after it gave the allocation up, a real salloc may also hear it revoked: timing (as cases_1_errors)
-    stderr = "".join(x for x in res.stderr.splitlines(keepends=True) if "has been revoked" not in x)
+    # after it gave the allocation up, a real salloc may also hear it revoked, and before, wait for a
+    # node still busy with the job cancelled just before: timing (as cases_1_errors)
+    stderr = without_waiting("".join(x for x in res.stderr.splitlines(keepends=True) if "has been revoked" not in x))
     return res.rc, ids_text(norm, res.stdout), ids_text(norm, stderr)
 
 
