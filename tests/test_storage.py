@@ -125,6 +125,26 @@ def test_compare_layouts_table(tmp_path: Path) -> None:
     assert table.as_dicts()[1]["layout"] == "tar"
 
 
+def test_compare_layouts_repeats_the_reads_and_gives_their_spread(tmp_path: Path) -> None:
+    table = st.compare_layouts(tmp_path, n=40, size=128, maxcount=10, repeats=3)
+    for r in table:
+        assert len(r.read_runs) == 3 and r.read_s == sorted(r.read_runs)[1]
+        low, high = r.mb_per_s_range
+        assert low == pytest.approx(40 * 128 / 1e6 / max(r.read_runs)) and low <= r.mb_per_s <= high
+    assert "read s (median of 3, range)" in table.to_markdown()
+    with pytest.raises(ValueError, match="repeats"):
+        st.compare_layouts(tmp_path / "none", n=4, repeats=0)
+
+
+def test_read_ratio_spans_the_slowest_and_fastest_reads() -> None:
+    def result(runs: tuple[float, ...]) -> st.LayoutResult:
+        return st.LayoutResult("x", "p", 10, 1_000_000, 1, 0, 0, 0.1, sorted(runs)[len(runs) // 2], 0.0, "d", runs)
+
+    ratio, low, high = st.read_ratio(result((1.0, 2.0, 4.0)), result((1.0, 1.0, 1.0)))
+    assert (ratio, low, high) == (0.5, 0.25, 1.0)  # "a" has half "b"'s median rate; 1x is in reach
+    assert st.read_ratio(result((1.0,)), result((2.0,))) == (2.0, 2.0, 2.0)  # one read each: no range
+
+
 def test_compare_layouts_says_simulated(tmp_path: Path) -> None:
     table = st.compare_layouts(tmp_path, n=10, size=64, maxcount=5, metadata_latency_s=0.001)
     md = str(table)

@@ -32,6 +32,7 @@ import os
 import random
 import shutil
 import stat
+import statistics
 import tarfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,7 +44,7 @@ __all__ = [
     "ChecksumMismatchError", "UnsafeArchiveError",
     "make_samples", "digest_samples",
     "write_small_files", "read_small_files", "write_tar", "read_tar",
-    "write_webdataset", "read_webdataset", "compare_layouts",
+    "write_webdataset", "read_webdataset", "compare_layouts", "read_ratio",
     "count_files", "du", "stage_in", "stage_out",
 ]
 
@@ -100,7 +101,8 @@ class ReadBack:
 
 @dataclass(frozen=True)
 class LayoutResult:
-    """Measurements for one layout; ``read_s`` is None until it was read back."""
+    """Measurements for one layout; ``read_s`` is None until it was read back, then the median of
+    ``read_runs`` (every read-back's seconds) when it was read more than once."""
 
     layout: str
     path: str
@@ -113,6 +115,14 @@ class LayoutResult:
     read_s: float | None
     simulated_latency_s: float
     digest: str
+    read_runs: tuple[float, ...] = ()
+
+    @property
+    def mb_per_s_range(self) -> tuple[float, float] | None:
+        """Slowest and fastest read throughput of the repeated reads (MB/s)."""
+        if not self.read_runs:
+            return None
+        return self.payload_bytes / 1e6 / max(self.read_runs), self.payload_bytes / 1e6 / min(self.read_runs)
 
     @property
     def files_per_s(self) -> float | None:
@@ -146,12 +156,15 @@ class LayoutTable(list):
 
     def to_markdown(self) -> str:
         """Markdown table; a note above it flags simulated metadata latency."""
-        head = ["layout", "files", "MB apparent", "MB allocated", "write s", "read s",
+        runs = max((len(r.read_runs) for r in self), default=0)
+        read = f"read s (median of {runs}, range)" if runs > 1 else "read s"
+        head = ["layout", "files", "MB apparent", "MB allocated", "write s", read,
                 "files/s", "samples/s", "payload MB/s", "simulated latency"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self:
+            spread = f" ({min(r.read_runs):.3f}–{max(r.read_runs):.3f})" if len(r.read_runs) > 1 else ""
             cells = [r.layout, str(r.files), f"{r.bytes / 1e6:.2f}", f"{r.disk_bytes / 1e6:.2f}",
-                     f"{r.write_s:.3f}", _fmt(r.read_s, ".3f"), _fmt(r.files_per_s, ",.0f"),
+                     f"{r.write_s:.3f}", _fmt(r.read_s, ".3f") + spread, _fmt(r.files_per_s, ",.0f"),
                      _fmt(r.samples_per_s, ",.0f"), _fmt(r.mb_per_s, ".1f"),
                      f"{r.simulated_latency_s * 1e3:g} ms (simulated)" if r.simulated_latency_s
                      else "none"]
@@ -289,28 +302,42 @@ def read_webdataset(src: str | os.PathLike, expected_digest: str | None = None,
 
 def compare_layouts(root: str | os.PathLike, n: int = 1000, size: int = 8192,
                     metadata_latency_s: float = 0.0, maxcount: int = 250,
-                    seed: int = 0) -> LayoutTable:
+                    seed: int = 0, repeats: int = 5) -> LayoutTable:
     """Write, read back and verify the same ``n`` samples in all three layouts.
 
     Writes into ``root/small_files``, ``root/tar`` and ``root/webdataset`` (each
-    must be absent or empty). Defaults (1000 x 8 KiB, 4 webdataset shards) take
-    about 2 s on a 2-core laptop (most of it importing webdataset) and about 6 s
-    with ``metadata_latency_s=0.001`` (2000 small files x 2 directions x 1 ms).
+    must be absent or empty), then reads each layout back ``repeats`` times, the
+    layouts taking turns (so a slow moment of the machine falls on all of them);
+    ``read_s`` is the median, ``read_runs`` every time. Defaults (1000 x 8 KiB,
+    4 webdataset shards, 5 reads) take about 3 s on a 2-core laptop (most of it
+    importing webdataset); ``metadata_latency_s=0.001`` adds 2 ms per small file
+    and read (2000 files: 2 s a read).
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
     root = Path(root)
     samples = make_samples(n, size, seed)
-    jobs = [
-        ("small_files", lambda d: write_small_files(samples, d, metadata_latency_s), read_small_files),
-        ("tar", lambda d: write_tar(samples, d, metadata_latency_s), read_tar),
-        ("webdataset", lambda d: write_webdataset(samples, d, maxcount, metadata_latency_s),
-         read_webdataset),
-    ]
-    table = LayoutTable()
-    for layout, write, read in jobs:
-        res = write(root / layout)
-        back = read(res.path, res.digest, metadata_latency_s)
-        table.append(replace(res, read_s=back.seconds))
-    return table
+    layouts = {
+        "small_files": (lambda d: write_small_files(samples, d, metadata_latency_s), read_small_files),
+        "tar": (lambda d: write_tar(samples, d, metadata_latency_s), read_tar),
+        "webdataset": (lambda d: write_webdataset(samples, d, maxcount, metadata_latency_s), read_webdataset),
+    }
+    written = {name: write(root / name) for name, (write, _) in layouts.items()}
+    runs: dict[str, list[float]] = {name: [] for name in layouts}
+    for _ in range(repeats):
+        for name, (_, read) in layouts.items():
+            res = written[name]
+            runs[name].append(read(res.path, res.digest, metadata_latency_s).seconds)
+    return LayoutTable(replace(written[name], read_s=statistics.median(runs[name]), read_runs=tuple(runs[name]))
+                       for name in layouts)
+
+
+def read_ratio(a: LayoutResult, b: LayoutResult) -> tuple[float, float, float]:
+    """How many times ``b``'s read throughput ``a`` has: (median, lowest, highest), the range from
+    the slowest read of ``a`` against the fastest of ``b`` and the other way round (lesson 2)."""
+    low_a, high_a = a.mb_per_s_range or (a.mb_per_s, a.mb_per_s)
+    low_b, high_b = b.mb_per_s_range or (b.mb_per_s, b.mb_per_s)
+    return a.mb_per_s / b.mb_per_s, low_a / high_b, high_a / low_b
 
 
 # --------------------------------------------------------------------------- quotas
