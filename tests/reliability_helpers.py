@@ -130,6 +130,18 @@ class Slurm:
             time.sleep(0.05)
         raise AssertionError("no controller came up")
 
+    def start_controller_first(self, timeout: float = 15) -> int:
+        """Start a controller before any job exists and wait until it listens: its state file is
+        then open, so no command is the last to close it (which would checkpoint the journal)."""
+        started = self.run(sys.executable, "-c", "from hpcnb.localslurm import wake; wake.start_controller()")
+        assert started.returncode == 0, started.stderr
+        pid = self.wait_controller(timeout)
+        end = time.time() + timeout
+        while not (self.state / "controller.sock").exists():
+            assert time.time() < end, "the controller never listened"
+            time.sleep(0.05)
+        return pid
+
     def db_lock_holder(self) -> int | None:
         """The pid written in the controller's lock file, if that process holds the lock."""
         import fcntl

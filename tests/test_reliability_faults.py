@@ -463,9 +463,12 @@ def test_full_disk_under_the_state_gives_a_clear_error_and_loses_nothing(tmp_pat
 
 def test_emptied_state_file_is_rebuilt_from_its_journal(slurm: Slurm, tmp_path: Path) -> None:
     """The controller is SIGKILLed (its write-ahead journal is never checkpointed) and the main
-    file is then emptied: everything still in the journal is salvaged."""
+    file is then emptied: everything still in the journal is salvaged. The controller comes first:
+    a command that closes the file last checkpoints the journal into it (then emptied, so lost)."""
+    controller = slurm.start_controller_first()
     held = [slurm.submit("--hold", "-J", f"h{i}", "--wrap", "echo held") for i in range(5)]
-    kill9(slurm.wait_controller())
+    assert slurm.wait_controller() == controller
+    kill9(controller)
     db_file = slurm.state / "slurm.db"
     assert Path(f"{db_file}-wal").stat().st_size > 32
     db_file.write_bytes(b"")
