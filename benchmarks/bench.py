@@ -126,7 +126,7 @@ def environment(state: Path) -> dict[str, str]:
     env.update(HPCNB_STATE_DIR=str(state), HPCNB_SLURM="local")
     env.pop("HPCNB_PROFILE", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what users get: commands load cached bytecode
-    folder = subprocess.run([PY, "-m", "hpcnb.cli", "slurm-path"], env=env, capture_output=True, text=True,
+    folder = subprocess.run([PY, "-m", "hpcnb.cli", "slurm-path"], env=env, cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
     env["PATH"] = f"{folder}{os.pathsep}{env.get('PATH', os.defpath)}"
     return env

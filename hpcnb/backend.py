@@ -36,13 +36,14 @@ sys.exit(run({name!r}, sys.argv[1:]))
 
 
 def local_bin_dir() -> Path:
-    """The folder holding the local Slurm's commands, (re)written for this Python if needed."""
+    """The folder holding the local Slurm's commands, (re)written for this Python and this copy of
+    hpcnb if needed (two clones sharing one Python each get their own)."""
     import hashlib
 
-    tag = hashlib.sha1(sys.executable.encode()).hexdigest()[:10]
+    root = str(Path(__file__).resolve().parent.parent)
+    tag = hashlib.sha1(f"{sys.executable}\0{root}".encode()).hexdigest()[:10]
     folder = Path(os.environ.get("HPCNB_BIN_DIR") or Path(platformdirs.user_data_dir("hpcnb")) / f"bin-{tag}")
     folder.mkdir(parents=True, exist_ok=True)
-    root = str(Path(__file__).resolve().parent.parent)
     for name in LOCAL_COMMANDS:
         text = _WRAPPER.format(python=sys.executable, name=name, root=root, site_dirs=_site_dirs())
         path = folder / name

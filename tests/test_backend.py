@@ -104,3 +104,37 @@ def test_a_job_submitted_from_inside_a_job_equals_one_from_a_login_shell(tmp_pat
               if from_login.get(k) != from_portal.get(k) and "login" not in str(from_login.get(k))}
     assert not differ
     assert from_portal["SLURM_SUBMIT_DIR"].endswith("portal")
+
+
+def test_a_second_copy_of_hpcnb_runs_its_own_commands_and_controller(tmp_path: Path) -> None:
+    """Two clones of the course sharing one Python: each one's commands, and the controller they
+    start, are that clone's code, not the other's (nor an installed copy's)."""
+    import shutil
+
+    repo = Path(backend.__file__).resolve().parent.parent
+    copy = tmp_path / "clone"
+    shutil.copytree(repo / "hpcnb", copy / "hpcnb", ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "controller-was"
+    controller = copy / "hpcnb" / "localslurm" / "controller.py"
+    future = "from __future__ import annotations\n"
+    controller.write_text(controller.read_text().replace(future, f"{future}open({str(marker)!r}, 'w').write(__file__)\n", 1))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCNB_"))}
+    env.update(HPCNB_SLURM="local", HPCNB_STATE_DIR=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"))
+
+    def commands_of(root: Path) -> Path:
+        code = f"import sys; sys.path.insert(0, {str(root)!r}); from hpcnb.backend import local_bin_dir; print(local_bin_dir())"
+        return Path(subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                                   text=True, check=True).stdout.strip())
+
+    theirs, ours = commands_of(copy), commands_of(repo)
+    assert theirs != ours
+    assert f"sys.path.insert(0, {str(copy)!r})" in (theirs / "sbatch").read_text()
+    env["PATH"] = f"{theirs}{os.pathsep}{env['PATH']}"
+    try:
+        done = subprocess.run(["sbatch", "--wait", "--wrap", "true"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert marker.read_text() == str(copy / "hpcnb" / "localslurm" / "controller.py")
+    finally:
+        subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env, cwd=copy,
+                       capture_output=True, timeout=60)

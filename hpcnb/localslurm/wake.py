@@ -82,14 +82,20 @@ def ensure_running() -> None:
         start_controller()
 
 
+_PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def start_controller() -> None:
-    """Start a controller (``python -m hpcnb.localslurm.controller``), detached, logging to its log."""
+    """Start a controller (``python -m hpcnb.localslurm.controller``), detached, logging to its log.
+
+    It runs in the folder that holds this copy of hpcnb, which ``-m`` puts first on its path: the
+    controller is the same code as the command that started it, even where another copy is installed."""
     import subprocess
 
     fd = os.open(paths.log_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "hpcnb.localslurm.controller"],
+            [sys.executable, "-m", "hpcnb.localslurm.controller"], cwd=_PACKAGE_HOME,
             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
             env={**_outside_any_job(os.environ), "HPCNB_STATE_DIR": str(paths.state_dir())},
         )
