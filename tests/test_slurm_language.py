@@ -195,3 +195,24 @@ def test_gpu_requests(value: str, option: str, wanted: tuple[int, str | None]) -
 def test_bad_gpu_requests(value: str, option: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         gpus.parse_gpus(value, option)
+
+
+def test_a_record_copies_its_defaults_refuses_unknown_fields_and_round_trips() -> None:
+    from hpcnb.slurm.record import Record
+
+    class Request(Record):
+        name: str | None = None
+        given: list[str] = []
+        env: dict[str, str] = {}
+
+    one, two = Request(name="a"), Request()
+    one.given.append("x")
+    one.env["K"] = "v"
+    assert two.given == [] and two.env == {}  # no default is shared
+    assert Request.FIELDS == ("name", "given", "env")
+    assert Request.from_dict({**one.to_dict(), "from_a_newer_version": 1}) == one
+    copied = one.to_dict()
+    copied["given"].append("y")
+    assert one.given == ["x"]  # to_dict copies
+    with pytest.raises(TypeError, match="unknown field"):
+        Request(nmae="typo")

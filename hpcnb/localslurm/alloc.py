@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 from .cluster import Cluster, Node
 from .request import JobRequest
 
 
-@dataclass
 class Free:
-    cpus: int
-    mem: int
-    gpus: list[int]
-    idle: bool
+    """What is left on one node: CPUs, memory (MB), GPU indices, and whether nothing runs there."""
+
+    __slots__ = ("cpus", "mem", "gpus", "idle")
+
+    def __init__(self, cpus: int, mem: int, gpus: list[int], idle: bool) -> None:
+        self.cpus, self.mem, self.gpus, self.idle = cpus, mem, gpus, idle
 
 
 def free_resources(cluster: Cluster, allocations: list[list[dict]]) -> dict[str, Free]:

@@ -1,15 +1,14 @@
 """Command-line options -> a validated :class:`JobRequest`, with Slurm 22.05's error texts."""
 from __future__ import annotations
 
-import dataclasses
 import re
 import signal as _signal
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from hpcnb.slurm import gpus
 from hpcnb.slurm.options import OptionSpec
+from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
 from hpcnb.slurm.times import TimeSpecError, parse_time
 
@@ -34,8 +33,9 @@ class SubmitError(Exception):
         self.before = before
 
 
-@dataclass
-class JobRequest:
+class JobRequest(Record):
+    """What a job or step asks for, as sbatch/salloc/srun options and the submitting shell give it."""
+
     command: str = "sbatch"
     name: str | None = None
     partition: str | None = None
@@ -81,26 +81,18 @@ class JobRequest:
     jobid_text: str | None = None  # --jobid as given (its parsing depends on the Slurm version)
     kill_on_bad_exit: int | None = None  # srun -K[N]: None = the site's KillOnBadExit (0)
     kill_command: int | None = None  # salloc -K[sig]: signal its command when the allocation is revoked (0: default)
-    given: list[str] = field(default_factory=list)  # long names of options set explicitly
-    env: dict[str, str] = field(default_factory=dict)  # the environment the job starts from
-    script_args: list[str] = field(default_factory=list)
+    given: list[str] = []  # long names of options set explicitly
+    env: dict[str, str] = {}  # the environment the job starts from
+    script_args: list[str] = []
     script_path: str | None = None  # absolute path of the batch script (scontrol's Command=, squeue %o)
     submit_dir: str = ""
     workdir: str = ""
     submit_host: str = ""
     begin: float | None = None  # --begin: not eligible before this time (epoch seconds)
     deadline: float | None = None
-    rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
+    rlimits: dict[str, int] = {}  # the submitting shell's soft limits
     umask: int | None = None  # the submitting shell's umask
     nice: int = 0  # the submitting process's nice value (SLURM_PRIO_PROCESS)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "JobRequest":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def parse_count(value: str, option: str, positive: bool = True) -> int:

@@ -137,7 +137,7 @@ class _Parsed:
     __slots__ = ("data", "request", "fits_idle")
 
     def __init__(self, data: dict[str, Any]) -> None:
-        self.data, self.request, self.fits_idle = data, JobRequest.from_json(data), None
+        self.data, self.request, self.fits_idle = data, JobRequest.from_dict(data), None
 
 
 _PARSED: dict[int, _Parsed] = {}

@@ -121,7 +121,7 @@ def queue_jobs(
             ids, throttle = parse_array(req.array) if req.array else ([None], None)
             count = len(ids)
             base = db.next_job_ids(conn, count)
-            data = req.to_json()
+            data = req.to_dict()
             data["array_ids"] = ids if req.array else None
             time_limit = req.time_limit if req.time_given else cluster.partitions[partition].max_time
             now = db.now()

@@ -13,7 +13,7 @@ every option.  The parser reproduces glibc ``getopt_long`` with Slurm's
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "COMMANDS",
@@ -51,8 +51,7 @@ COMMANDS = frozenset({"sbatch", "srun", "salloc"})
 EXIT_USAGE = 255
 
 
-@dataclass(frozen=True)
-class OptionSpec:
+class OptionSpec(NamedTuple):
     """One Slurm command-line option."""
 
     long: str  # e.g. "ntasks-per-node" (no dashes)

@@ -51,7 +51,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
         gpus, tasks = sum(len(p["gpus"]) for p in alloc), sum(p["tasks"] for p in alloc)
     else:
         cpus, mem, nodes, gpus = req_cpus, req_mem, req_nodes, req_gpus
-        tasks = task_count(JobRequest.from_json(req))
+        tasks = task_count(JobRequest.from_dict(req))
     pending = job["state"] == "PENDING"
     job_id = job["array_job_id"] if task_ids is not None else job["id"]
     head = f"JobId={job_id}"

@@ -412,7 +412,7 @@ def _watch_tasks(sup, pids: list[tuple[int, str, int]], threads: dict[int, list[
 
 def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
     """srun outside an allocation: allocate, run the step, release (job name = the program)."""
-    step_req = JobRequest.from_json(req.to_json())
+    step_req = JobRequest.from_dict(req.to_dict())
     conn, job = allocate("srun", req, req.name or os.path.basename(argv[0]))
     _, cluster = open_cluster()
     holder: dict = {}
