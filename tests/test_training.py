@@ -152,6 +152,7 @@ def test_ddp_script_srun_and_torchrun_on_two_nodes(workdir: Path) -> None:
     out = _job(["-N2", "--ntasks-per-node=2", "--wrap", f"srun {py} -m hpcnb.scripts.ddp_train --out four"], workdir)
     four = training.load_result(workdir / "four")
     assert four["world_size"] == 4 and four["nodes"] == ["node1", "node2"] and four["launcher"] == "srun", out
+    assert len(four["epoch_seconds"]) == four["epochs"] == 3 and sum(four["epoch_seconds"]) <= four["seconds"]
     assert out.count("trained in") == 1, "only rank 0 reports"
     script = (
         env_path
@@ -280,6 +281,7 @@ def test_horovod_gloo_matches_ddp(workdir: Path) -> None:
     hvd = training.load_result(workdir / "hvd")
     assert hvd["world_size"] == 4 and hvd["lr"] == pytest.approx(0.1) and hvd["batch"] == 128, out
     assert sorted(hvd["hosts"]) == ["node1", "node1", "node2", "node2"], out
+    assert len(hvd["epoch_seconds"]) == hvd["epochs"] and min(hvd["epoch_seconds"]) > 0
     _job(["-N1", "--ntasks-per-node=1", "--wrap",
           f"srun {py} -m hpcnb.scripts.ddp_train --batch 128 --lr 0.1 --out ddp"], workdir)
     assert training.max_weight_difference(workdir / "ddp", workdir / "hvd") < TOLERANCE
@@ -295,3 +297,16 @@ def test_horovod_script_says_how_to_install_when_missing(tmp_path: Path) -> None
                           env=env, cwd=tmp_path, timeout=120)
     assert done.returncode != 0
     assert "bash ci/build-horovod.sh .venv" in done.stderr, done.stderr
+
+
+def test_a_ratio_comes_with_its_range_and_a_verdict_only_outside_it() -> None:
+    from hpcnb.lessons.spread import ratio_range, verdict
+
+    one, four = [0.9, 1.0, 1.2], [1.8, 2.0, 2.4]  # seconds per epoch: four processes are slower
+    speedup, low, high = ratio_range(one, four)
+    assert speedup == 0.5 and low == 0.9 / 2.4 and high == 1.2 / 1.8
+    assert verdict(low, high, "faster", "slower") == "slower"
+    assert verdict(*ratio_range(four, one)[1:], "faster", "slower") == "faster"
+    assert "no conclusion" in verdict(*ratio_range([1.0, 1.3], [1.1, 1.2])[1:], "faster", "slower")
+    with pytest.raises(ValueError):
+        ratio_range([], four)

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from .spread import ratio_range
+
 __all__ = [
     "Sample", "LayoutResult", "LayoutTable", "DiskUsage", "StageResult",
     "ChecksumMismatchError", "UnsafeArchiveError",
@@ -335,9 +337,7 @@ def compare_layouts(root: str | os.PathLike, n: int = 1000, size: int = 8192,
 def read_ratio(a: LayoutResult, b: LayoutResult) -> tuple[float, float, float]:
     """How many times ``b``'s read throughput ``a`` has: (median, lowest, highest), the range from
     the slowest read of ``a`` against the fastest of ``b`` and the other way round (lesson 2)."""
-    low_a, high_a = a.mb_per_s_range or (a.mb_per_s, a.mb_per_s)
-    low_b, high_b = b.mb_per_s_range or (b.mb_per_s, b.mb_per_s)
-    return a.mb_per_s / b.mb_per_s, low_a / high_b, high_a / low_b
+    return ratio_range(b.read_runs or (b.read_s,), a.read_runs or (a.read_s,))  # throughput: 1 / seconds
 
 
 # --------------------------------------------------------------------------- quotas

@@ -50,12 +50,15 @@ model = training.make_model().to(device)
 model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
-losses = []
+losses, epoch_seconds = [], []  # rank 0's time per epoch (the loss computed after it left out)
 dist.barrier()
 start = time.perf_counter()
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+    began = time.perf_counter()
     training.train_epoch(model, loader, optimizer, device)
+    synchronize(device)
+    epoch_seconds.append(time.perf_counter() - began)
     if rank == 0:
         losses.append(training.full_loss(model, data, device))
         print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
@@ -63,8 +66,8 @@ synchronize(device)  # on a GPU: wait for the queued kernels before reading the 
 seconds = time.perf_counter() - start
 
 if rank == 0:  # only rank 0 writes: every rank holds the same weights
-    training.save_result(args.out, model, world_size=world_size, seconds=seconds, epochs=args.epochs,
-                         batch=args.batch, lr=args.lr, losses=losses,
+    training.save_result(args.out, model, world_size=world_size, seconds=seconds, epoch_seconds=epoch_seconds,
+                         epochs=args.epochs, batch=args.batch, lr=args.lr, losses=losses,
                          nodes=sorted(set(hosts)), hosts=hosts, backend=backend,
                          launcher="torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "srun")
     print(f"trained in {seconds:.2f} s", flush=True)

@@ -49,20 +49,22 @@ optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_par
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # every worker starts from rank 0's weights
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-losses = []
+losses, epoch_seconds = [], []  # rank 0's time per epoch (the loss computed after it left out)
 hvd.allreduce(torch.zeros(1), name="barrier")
 start = time.perf_counter()
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)
+    began = time.perf_counter()
     training.train_epoch(model, loader, optimizer, device)
+    epoch_seconds.append(time.perf_counter() - began)
     if hvd.rank() == 0:
         losses.append(training.full_loss(model, data, device))
         print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
 seconds = time.perf_counter() - start
 
 if hvd.rank() == 0:  # only rank 0 writes: every worker holds the same weights
-    training.save_result(args.out, model, world_size=hvd.size(), seconds=seconds, epochs=args.epochs,
-                         batch=args.batch_per_worker * hvd.size(), lr=lr, losses=losses,
+    training.save_result(args.out, model, world_size=hvd.size(), seconds=seconds, epoch_seconds=epoch_seconds,
+                         epochs=args.epochs, batch=args.batch_per_worker * hvd.size(), lr=lr, losses=losses,
                          nodes=sorted(set(hosts)), hosts=hosts, backend="gloo" if hvd.gloo_enabled() else "mpi",
                          launcher="horovodrun")
     print(f"trained in {seconds:.2f} s", flush=True)
