@@ -336,3 +336,11 @@ def test_srun_runs_in_a_job_whatever_its_export(workdir: Path) -> None:
                 "srun: error: node1: task 0: Exited with exit code 2\nrc=2\n")
         assert text.endswith(bash), text
         assert run(["sacct", "-n", "-X", "-j", str(job), "-o", "State"]).stdout.split() == ["COMPLETED"]
+
+
+def test_a_reader_that_leaves_ends_a_command_silently_by_sigpipe() -> None:
+    """``scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1`` (every multi-node job script):
+    Slurm's C commands die of SIGPIPE without a word once ``head`` has left; so do the local ones
+    (here with 20,000 names, more than a pipe holds), not with Python's "Exception ignored"."""
+    done = run(["bash", "-c", "set -o pipefail; scontrol show hostnames 'node[1-20000]' | head -n 1"])
+    assert (done.stdout, done.stderr, done.returncode) == ("node1\n", "", 141)

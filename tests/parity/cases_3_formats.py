@@ -426,6 +426,9 @@ def test_scontrol_show_hostnames(sides) -> None:
         out["hostlist"] = (res.rc, res.stdout, res.stderr)
         res = side.run(["scontrol", "show", "hostnames"], wd)
         out["outside a job, no argument"] = (res.rc, res.stdout, res.stderr)
+        # the reader leaves after one line of more than a pipe holds: killed by SIGPIPE, silently
+        res = side.run("set -o pipefail; scontrol show hostnames 'n[1-20000]' | head -n 1", wd)
+        out["| head -n 1"] = (res.rc, res.stdout, res.stderr)
         job_id = side.sbatch(["-o", "out.txt", "-N2"], wd,
                              "#!/bin/bash\nscontrol show hostnames\nscontrol show hostnames $SLURM_JOB_NODELIST | wc -l\n")
         side.wait_done(job_id, wd)

@@ -28,6 +28,7 @@ def run(name: str, argv: list[str]) -> int:
     module = importlib.import_module(f"{__name__}.{name}")
     try:
         code = module.main(argv)
+        sys.stdout.flush()  # here, not at exit: a reader that left is a broken pipe caught below
         _restart_controller_if_needed()
         return code
     except StateError as err:
@@ -39,7 +40,7 @@ def run(name: str, argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 1
+        return _broken_pipe()
     except OSError as err:  # a full or read-only disk, say: one clear line, never a traceback
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"{name}: error: {err.strerror or err}{where}", file=sys.stderr)
@@ -49,6 +50,19 @@ def run(name: str, argv: list[str]) -> int:
             raise
         print(f"{name}: error: {err}", file=sys.stderr)  # a bad HPCNB_PROFILE or HPCNB_SLURM_VERSION
         return 1
+
+
+def _broken_pipe() -> int:
+    """The reader of our output left (``scontrol show hostnames | head -n 1``): end as Slurm's C
+    commands do, killed by SIGPIPE without a word (141 in a shell), not with Python's complaint."""
+    import os
+    import signal
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 141  # not reached
 
 
 def _profile_error(err: Exception) -> bool:
