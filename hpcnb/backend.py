@@ -30,8 +30,8 @@ if os.environ.pop("HPCNB_WRAPPER", None):
     os.environ.pop("PYTHONCOERCECLOCALE", None)
 sys.path.insert(0, {root!r})
 sys.path.extend({site_dirs!r})
-from hpcnb.localslurm.commands import run
-sys.exit(run({name!r}, sys.argv[1:]))
+from hpcnb.localslurm.commands import run_and_exit
+run_and_exit({name!r}, sys.argv[1:])
 """
 
 

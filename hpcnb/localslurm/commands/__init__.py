@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sqlite3
 import sys
+from typing import NoReturn
 
 from ..db import StateError, state_error
 from ..wake import ensure_running
@@ -52,10 +54,23 @@ def run(name: str, argv: list[str]) -> int:
         return 1
 
 
+def run_and_exit(name: str, argv: list[str]) -> NoReturn:
+    """A command's process from start to end (the generated wrappers call this): :func:`run`, then
+    leave at once, as a C program does. Python's own shutdown (tearing down every module) would
+    cost each command another ~5 ms; nothing is lost, since every file is closed by then and the
+    only threads left are daemons."""
+    code = run(name, argv)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _broken_pipe()
+    os._exit(code if isinstance(code, int) else 1)
+
+
 def _broken_pipe() -> int:
     """The reader of our output left (``scontrol show hostnames | head -n 1``): end as Slurm's C
     commands do, killed by SIGPIPE without a word (141 in a shell), not with Python's complaint."""
-    import os
     import signal
 
     devnull = os.open(os.devnull, os.O_WRONLY)
