@@ -331,6 +331,7 @@ def main() -> int:
     from . import envvars, supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
 
     envvars.local_commands_folder()  # found once here, not again in every forked supervisor
+    procs.libc_prctl()  # likewise (ctypes)
 
     try:
         Controller().run()

@@ -1,9 +1,11 @@
 """Process plumbing: spawning with exact fds and env, process trees, signalling whole jobs."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import Iterable
+from typing import Any
 
 
 class _LazyPsutil:
@@ -23,12 +25,21 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def become_subreaper() -> None:
     """Orphaned descendants (daemons, double forks) re-parent to us, so a job can't escape its tree."""
+    prctl = libc_prctl()
+    if prctl is not None:
+        prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+@functools.cache
+def libc_prctl() -> Any:
+    """libc's ``prctl`` through ctypes (None where there is none). Found once: the controller calls
+    this before it forks, so that no batch supervisor pays the ~3 ms of importing ctypes again."""
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
 
 
 def _join_own_group(pid: int) -> None:
