@@ -112,6 +112,16 @@ def test_measure_step_and_loop_return_positive_throughput() -> None:
     assert loop["num_workers"] == 1 and loop["setting"] == "x"
 
 
+def test_before_after_rows_carry_the_median_and_the_range_of_their_runs(tmp_path: Path) -> None:
+    ds = tu.SyntheticImages(n=32, work=0)
+    rows = tu.before_after(tu.Config(batch_size=8, threads=1), tu.Config(batch_size=16, threads=1), ds,
+                           dev="cpu", epochs=1, repeats=3)
+    for row in rows:
+        assert row["samples_per_s_min"] <= row["samples_per_s"] <= row["samples_per_s_max"], row
+    back = tu.read_rows(tu.write_rows(tmp_path / "r.csv", rows))
+    assert back[1]["samples_per_s_max"] == rows[1]["samples_per_s_max"]  # through the CSV and back
+
+
 def test_a_slow_loop_stops_at_max_seconds_with_a_note() -> None:
     ds = tu.SyntheticImages(n=64, work=1)
     row = tu.measure_loop(tu.Config(batch_size=4), ds, dev="cpu", epochs=50, max_seconds=0.05)
@@ -274,3 +284,14 @@ def test_compile_measures_eager_and_compiled_when_it_fits_the_budget() -> None:
     assert [r["setting"] for r in rows] == ["eager", "compiled"], rows
     assert all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in rows)
     assert rows[1]["compile"] is True and "compiling took" in rows[1]["note"]
+
+
+def test_the_before_after_speedup_is_judged_by_the_runs_spread() -> None:
+    before = {"samples_per_s": 100.0, "samples_per_s_min": 90.0, "samples_per_s_max": 110.0}
+    clearly = {"samples_per_s": 150.0, "samples_per_s_min": 140.0, "samples_per_s_max": 160.0}
+    barely = {"samples_per_s": 107.0, "samples_per_s_min": 95.0, "samples_per_s_max": 115.0}
+    ratio, low, high, said = tu.speedup(before, clearly)
+    assert (ratio, low, high) == (1.5, 140 / 110, 160 / 90) and said == "the tuned loop is faster"
+    assert "did not measurably help" in tu.speedup(before, barely)[3]  # 1.07x, inside the spread
+    assert tu.speedup(clearly, before)[3] == "the tuned loop is slower"
+    assert tu.speedup({"samples_per_s": 100.0}, {"samples_per_s": 50.0})[:3] == (0.5, 0.5, 0.5)  # one run each

@@ -49,17 +49,17 @@ __all__ = [
     "set_threads", "make_model", "make_loader", "measure_step", "measure_loop",
     "sweep_batch_size", "pick_batch", "profile_split", "profile_ops", "sweep_workers", "sweep_threads",
     "compare_loader_options", "compare_precision", "precisions", "compile_available",
-    "measure_compile", "before_after", "best_config", "write_rows", "read_rows",
+    "measure_compile", "before_after", "speedup", "best_config", "write_rows", "read_rows",
     "markdown_table", "plot_tuning",
 ]
 
 COLUMNS = (
     "experiment", "setting", "measure", "device", "batch_size", "num_workers", "threads", "pin_memory",
     "persistent_workers", "prefetch_factor", "precision", "compile", "samples", "seconds",
-    "samples_per_s", "peak_mem_mb", "status", "note",
+    "samples_per_s", "samples_per_s_min", "samples_per_s_max", "peak_mem_mb", "status", "note",
 )
 _INT = {"batch_size", "num_workers", "threads", "prefetch_factor", "samples"}
-_FLOAT = {"seconds", "samples_per_s", "peak_mem_mb"}
+_FLOAT = {"seconds", "samples_per_s", "samples_per_s_min", "samples_per_s_max", "peak_mem_mb"}
 _BOOL = {"pin_memory", "persistent_workers", "compile"}
 
 
@@ -769,7 +769,8 @@ def _compile_probe(cfg_json: str, data_json: str, epochs: str, dev: str) -> None
 
 def before_after(before: Config, after: Config, dataset, *, dev: str | None = None, epochs: int = 2,
                  repeats: int = 3) -> list[dict[str, Any]]:
-    """Both configurations measured ``repeats`` times, alternately; rows carry the median.
+    """Both configurations measured ``repeats`` times, alternately; rows carry the median, and the
+    slowest and fastest run (``samples_per_s_min``/``_max``: :func:`speedup` judges with them).
 
     Alternating spreads slow moments (other processes, a CPU clocking down) over both.
     ``note`` gives the range of the repeats. A ``compile=True`` configuration is measured
@@ -786,10 +787,25 @@ def before_after(before: Config, after: Config, dataset, *, dev: str | None = No
         rates = sorted(r["samples_per_s"] for r in got)
         row = dict(got[0])
         row["samples_per_s"] = statistics.median(rates)
+        row["samples_per_s_min"], row["samples_per_s_max"] = rates[0], rates[-1]
         row["seconds"] = statistics.median(r["seconds"] for r in got)
         row["note"] = f"median of {repeats}; range {rates[0]:.0f}-{rates[-1]:.0f} samples/s"
         rows.append(row)
     return rows
+
+
+def speedup(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float, float, float, str]:
+    """``after``'s samples/s over ``before``'s: (median ratio, lowest, highest, verdict), the range
+    from the two rows' slowest and fastest runs (:func:`before_after`); a verdict only outside it."""
+    from .spread import ratio_range, verdict
+
+    def extremes(row: Mapping[str, Any]) -> list[float]:
+        return [row.get("samples_per_s_min") or row["samples_per_s"], row.get("samples_per_s_max") or row["samples_per_s"]]
+
+    _, low, high = ratio_range(extremes(after), extremes(before))
+    return (after["samples_per_s"] / before["samples_per_s"], low, high,
+            verdict(low, high, "the tuned loop is faster", "the tuned loop is slower",
+                    "the spread covers 1x: the tuning did not measurably help"))
 
 
 # --------------------------------------------------------------------------- rows: CSV, tables, plot
