@@ -163,8 +163,7 @@ def _outcome(side: Side, wd: Path, norm: Norm, stderr: str, placed: bool = False
     norm.add_ids(*ids)
     for job in ids:
         side.wait_done(job, wd)
-    rows = [side.ok(["sacct", "-n", "-P", "-j", str(job), "-o", "JobID,State,ExitCode"], wd).stdout
-            for job in sorted(ids)]
+    rows = [_settled_accounting(side, job, wd) for job in sorted(ids)]
     stderr = without_waiting(stderr)
     if not placed:
         stderr = any_node(stderr)
@@ -172,6 +171,21 @@ def _outcome(side: Side, wd: Path, norm: Norm, stderr: str, placed: bool = False
     # arrives before srun exits: sometimes, not always (seen on a busy 22.05); it is not compared
     stderr = "".join(x for x in stderr.splitlines(keepends=True) if not STEP_CANCELLED.search(x))
     return {"stderr": sorted(ids_text(norm, stderr).splitlines()), "sacct": [ids_text(norm, r) for r in rows]}
+
+
+_STEP_WITHOUT_ITS_CODE = re.compile(r"^[^|\n]+\.[^|\n]+\|FAILED\|0:0$", re.MULTILINE)
+
+
+def _settled_accounting(side: Side, job: int, wd: Path, timeout: float = 15) -> str:
+    """sacct's JobID,State,ExitCode rows of an ended job. A real 22.05 may record a step first as
+    FAILED with ExitCode 0:0 and its exit code a moment later (seen in CI: ``FAILED|0:0`` for the
+    step of a ``srun -K0`` whose task exited 3, ``3:0`` when read again): such rows are read again."""
+    end = time.time() + timeout
+    while True:
+        rows = side.ok(["sacct", "-n", "-P", "-j", str(job), "-o", "JobID,State,ExitCode"], wd).stdout
+        if not _STEP_WITHOUT_ITS_CODE.search(rows) or time.time() > end:
+            return rows
+        time.sleep(0.5)
 
 
 @pytest.mark.parametrize("case", KILL_CASES)
