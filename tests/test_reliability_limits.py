@@ -86,6 +86,37 @@ def test_memory_overrun_is_out_of_memory(slurm: Slurm, tmp_path: Path) -> None:
     assert slurm.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State").stdout.strip() == "OUT_OF_MEMORY"
 
 
+def test_a_vfork_child_is_its_parents_memory_counted_once() -> None:
+    """Between vfork and exec a child shares its parent's address space: the same RSS, read twice.
+    Summed, a 317 MB PyTorch process running ``subprocess.run(["scontrol", ...])`` looked like 634 MB
+    and was killed at --mem=500M (seen in CI under load). An exec'd child counts on its own."""
+    from collections import namedtuple
+
+    from hpcnb.localslurm.procs import rss_by_step_node
+
+    mem = namedtuple("mem", "rss vms")
+
+    class Proc:
+        def __init__(self, pid: int, parent: int, rss: int, vms: int, **env: str) -> None:
+            self.pid, self.parent, self.mem, self.env = pid, parent, mem(rss, vms), env
+
+        def ppid(self) -> int:
+            return self.parent
+
+        def memory_info(self):
+            return self.mem
+
+        def environ(self) -> dict[str, str]:
+            return self.env
+
+    torch_run = Proc(10, 1, 317 << 20, 2 << 30)
+    in_vfork = Proc(11, 10, 317 << 20, 2 << 30)     # before exec: the parent's memory itself
+    scontrol = Proc(12, 10, 30 << 20, 300 << 20)    # after exec: its own
+    task = Proc(13, 1, 317 << 20, 2 << 30, SLURM_STEP_ID="0", SLURMD_NODENAME="node2")  # not a child
+    usage = rss_by_step_node([torch_run, in_vfork, scontrol, task], "node1")
+    assert usage == {("batch", "node1"): (317 + 30) << 20, ("0", "node2"): 317 << 20}
+
+
 def test_cancelled_job_with_children_and_daemons_leaves_nothing(slurm: Slurm, tmp_path: Path) -> None:
     (tmp_path / "tree.sh").write_text(TREE)
     job = slurm.submit("-o", f"{tmp_path}/%j.out", str(tmp_path / "tree.sh"))

@@ -306,23 +306,25 @@ def send(procs: Iterable[psutil.Process], sig: int) -> None:
             pass
 
 
-def tree_rss(procs: Iterable[psutil.Process]) -> int:
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def rss_by_step_node(procs: Iterable[psutil.Process], batch_node: str) -> dict[tuple[str, str], int]:
     """RSS per (step, node): srun tasks carry SLURM_STEP_ID and SLURMD_NODENAME in their environment;
-    every other process of the job (the batch shell, srun itself) is the batch step's, on its node."""
-    usage: dict[tuple[str, str], int] = {}
+    every other process of the job (the batch shell, srun itself) is the batch step's, on its node.
+
+    A child whose memory is its parent's to the byte is counted once, with the parent: between
+    ``vfork`` and ``exec`` (``subprocess`` in a 300 MB PyTorch process, sampled at that moment on a
+    busy machine) the child *is* the parent's memory, which a real Slurm's cgroup counts once."""
+    sampled: dict[int, tuple[int, tuple[int, int], psutil.Process]] = {}
     for proc in procs:
         try:
-            rss = proc.memory_info().rss
+            mem = proc.memory_info()
+            sampled[proc.pid] = (proc.ppid(), (mem.rss, mem.vms), proc)
+        except (psutil.Error, OSError):
+            continue
+    usage: dict[tuple[str, str], int] = {}
+    for parent, (rss, vms), proc in sampled.values():
+        if parent in sampled and sampled[parent][1] == (rss, vms):
+            continue
+        try:
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
