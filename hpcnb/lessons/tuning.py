@@ -799,8 +799,8 @@ def speedup(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float,
     from the two rows' slowest and fastest runs (:func:`before_after`); a verdict only outside it."""
     from .spread import ratio_range, verdict
 
-    def extremes(row: Mapping[str, Any]) -> list[float]:
-        return [row.get("samples_per_s_min") or row["samples_per_s"], row.get("samples_per_s_max") or row["samples_per_s"]]
+    def extremes(row: Mapping[str, Any]) -> list[float]:  # one run only: its median is both
+        return [row.get(f"samples_per_s_{end}") or row["samples_per_s"] for end in ("min", "max")]
 
     _, low, high = ratio_range(extremes(after), extremes(before))
     return (after["samples_per_s"] / before["samples_per_s"], low, high,
