@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,35 @@ def test_weak_rows_must_scale_work_with_tasks() -> None:
 def test_format_table() -> None:
     md = sc.format_table(amdahl_rows(0.1, tasks=(1, 2, 4)))
     assert "| strong | 4 | 1 | 32.5 | 4x | 3.08x | 77% | - |" in md
+
+
+def test_speedup_range_from_each_runs_fastest_and_slowest_repeat() -> None:
+    rows = [{"tasks": 1, "nodes": 1, "seconds": 10, "seconds_max": 12, "samples": 100},
+            {"tasks": 2, "nodes": 1, "seconds": 6, "seconds_max": 8, "samples": 100},
+            {"tasks": 2, "nodes": 1, "seconds": 10, "seconds_max": 11, "samples": 200, "kind": "weak"},
+            {"tasks": 1, "nodes": 1, "seconds": 10, "seconds_max": 12, "samples": 100, "kind": "weak"}]
+    strong_1, strong_2, weak_1, weak_2 = sc.speedup_efficiency(rows)
+    assert (strong_1.speedup_low, strong_1.speedup_high) == pytest.approx((10 / 12, 12 / 10))
+    assert (strong_2.speedup, strong_2.speedup_low, strong_2.speedup_high) == pytest.approx((10 / 6, 10 / 8, 12 / 6))
+    assert (weak_2.speedup, weak_2.speedup_low, weak_2.speedup_high) == pytest.approx((2.0, 2 * 10 / 11, 2 * 12 / 10))
+    md = sc.format_table(rows)
+    assert "| kind | tasks | nodes | seconds | ideal | speed-up | range | efficiency | samples/s |" in md
+    assert "| strong | 2 | 1 | 6 | 2x | 1.67x | 1.25-2.00x | 83% | 16.7 |" in md
+
+
+def test_speedup_range_needs_every_run_timed_twice() -> None:
+    rows = [{"tasks": 1, "nodes": 1, "seconds": 10, "seconds_max": 12},
+            {"tasks": 2, "nodes": 1, "seconds": 6}]
+    assert [r.speedup_low for r in sc.speedup_efficiency(rows)] == [pytest.approx(10 / 12), None]
+    assert "| strong | 2 | 1 | 6 | 2x | 1.67x | - | 83% | - |" in sc.format_table(rows)
+    assert "range" not in sc.format_table([{"tasks": 1, "nodes": 1, "seconds": 10}])
+
+
+@pytest.mark.parametrize("slowest, message", [("x", "'seconds_max'='x' is not a number"),
+                                              (5, "seconds_max=5 < seconds=6")])
+def test_seconds_max_checked(slowest, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"rows row 1: {message}")):
+        sc.validate_runs([{"tasks": 1, "nodes": 1, "seconds": 6, "seconds_max": slowest}])
 
 
 def test_plot_scaling_lines_and_png(tmp_path: Path) -> None:

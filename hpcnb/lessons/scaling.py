@@ -4,7 +4,9 @@ rules.
 One row per measured run (CSV columns ``tasks,nodes,seconds[,samples][,kind]``;
 any extra columns such as ``job_id`` are kept). ``seconds`` is the wall time of
 the measured part only. ``kind`` is ``strong`` (same global work at every task
-count) or ``weak`` (same work per task); it defaults to ``strong``.
+count) or ``weak`` (same work per task); it defaults to ``strong``. An extra column
+``seconds_max`` (the slowest of the run's repeats, ``seconds`` being the fastest) gives
+each speed-up its range.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ class ScaledRun:
     ``ideal`` is ``tasks / base_tasks``. Strong: ``speedup = T_base / T``,
     ``efficiency = speedup / ideal``. Weak: ``efficiency = T_base / T`` and
     ``speedup = efficiency * ideal`` (the scaled speed-up). ``throughput`` is
-    samples per second when ``samples`` is known.
+    samples per second when ``samples`` is known. ``speedup_low``/``speedup_high`` are the
+    speed-up's range when both runs have ``seconds_max`` (the baseline's fastest over this
+    run's slowest, and the other way round), else None.
     """
 
     tasks: int
@@ -85,6 +89,8 @@ class ScaledRun:
     speedup: float
     efficiency: float
     throughput: float | None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
 
 
 RowLike = Union[Run, Mapping[str, Any]]
@@ -121,6 +127,10 @@ def validate_runs(rows: Iterable[RowLike], source: str = "rows") -> list[Run]:
         if nodes > tasks:
             raise ValueError(f"{where}: nodes={nodes} > tasks={tasks}; every node runs at "
                              "least one task - check the two columns are not swapped")
+        if not _blank(row.get("seconds_max")) and \
+                _positive(row["seconds_max"], "seconds_max", where, float) < seconds:
+            raise ValueError(f"{where}: seconds_max={row['seconds_max']} < seconds={row['seconds']}; "
+                             "seconds is the run's fastest repeat, seconds_max its slowest")
         extra = {k: "" if v is None else str(v) for k, v in row.items() if k not in COLUMNS}
         runs.append(Run(tasks, nodes, seconds, samples, kind, extra))
     if not runs:
@@ -164,7 +174,8 @@ def write_runs(path: str | os.PathLike, rows: Iterable[RowLike]) -> Path:
 def speedup_efficiency(rows: Iterable[RowLike]) -> list[ScaledRun]:
     """Speed-up and efficiency per run, per kind, relative to that kind's smallest task count.
 
-    With repeated runs at the base task count the baseline is their median.
+    With repeated runs at the base task count the baseline is their median (and their
+    fastest and slowest bound the range).
     """
     runs = validate_runs(rows)
     out: list[ScaledRun] = []
@@ -173,19 +184,29 @@ def speedup_efficiency(rows: Iterable[RowLike]) -> list[ScaledRun]:
         if not group:
             continue
         base_n = min(r.tasks for r in group)
-        t_base = statistics.median(r.seconds for r in group if r.tasks == base_n)
+        base = [r for r in group if r.tasks == base_n]
+        t_base = statistics.median(r.seconds for r in base)
+        base_range = _seconds_range(base)
         for r in sorted(group, key=lambda r: r.tasks):
             ideal = r.tasks / base_n
-            if kind == "strong":
-                speedup = t_base / r.seconds
-                eff = speedup / ideal
-            else:
-                eff = t_base / r.seconds
-                speedup = eff * ideal
+            # strong: speed-up = T_base / T; weak: the same ratio is the efficiency
+            ratio = t_base / r.seconds
+            speedup, eff = (ratio, ratio / ideal) if kind == "strong" else (ratio * ideal, ratio)
+            low = high = None
+            if base_range and (own := _seconds_range([r])):
+                scale = 1 if kind == "strong" else ideal
+                low, high = scale * base_range[0] / own[1], scale * base_range[1] / own[0]
             thr = None if r.samples is None else r.samples / r.seconds
             out.append(ScaledRun(r.tasks, r.nodes, r.seconds, r.samples, kind, base_n,
-                                 ideal, speedup, eff, thr))
+                                 ideal, speedup, eff, thr, low, high))
     return out
+
+
+def _seconds_range(runs: list[Run]) -> tuple[float, float] | None:
+    """The fastest and slowest seconds of ``runs``, or None if one lacks ``seconds_max``."""
+    if not all(r.extra.get("seconds_max") for r in runs):
+        return None
+    return min(r.seconds for r in runs), max(float(r.extra["seconds_max"]) for r in runs)
 
 
 @dataclass(frozen=True)
@@ -406,13 +427,19 @@ def lr_scaling(base_lr: float, base_batch: int, global_batch: int, rule: str = "
 # --------------------------------------------------------------------------- presentation
 
 def format_table(rows: Iterable[RowLike]) -> str:
-    """Markdown table of runs with speed-up and efficiency."""
-    head = ["kind", "tasks", "nodes", "seconds", "ideal", "speed-up", "efficiency", "samples/s"]
+    """Markdown table of runs with speed-up and efficiency (and the speed-up's range, when the
+    runs have ``seconds_max``)."""
+    scaled = speedup_efficiency(rows)
+    ranged = any(r.speedup_low is not None for r in scaled)
+    head = ["kind", "tasks", "nodes", "seconds", "ideal", "speed-up", *(["range"] if ranged else []),
+            "efficiency", "samples/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in speedup_efficiency(rows):
-        thr = "-" if r.throughput is None else f"{r.throughput:,.1f}"
-        lines.append(f"| {r.kind} | {r.tasks} | {r.nodes} | {r.seconds:.3g} | {r.ideal:g}x | "
-                     f"{r.speedup:.2f}x | {r.efficiency:.0%} | {thr} |")
+    for r in scaled:
+        cells = [r.kind, r.tasks, r.nodes, f"{r.seconds:.3g}", f"{r.ideal:g}x", f"{r.speedup:.2f}x"]
+        if ranged:
+            cells.append("-" if r.speedup_low is None else f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x")
+        cells += [f"{r.efficiency:.0%}", "-" if r.throughput is None else f"{r.throughput:,.1f}"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Comparing two timings no further than their spread allows (lessons 2, 6, 8 and 10).
+"""Comparing two timings no further than their spread allows (lessons 2, 6, 8, 10 and 11).
 
 A ratio of two medians alone hides how much each measurement varied: a lesson shows the range of
 the ratio over the repeats as well, and draws a conclusion only where that whole range lies on one
