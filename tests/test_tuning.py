@@ -110,6 +110,15 @@ def test_measure_step_and_loop_return_positive_throughput() -> None:
                            dev="cpu", epochs=2, setting="x", max_seconds=None)
     assert loop["samples"] == 80 and loop["seconds"] > 0 and loop["samples_per_s"] > 0
     assert loop["num_workers"] == 1 and loop["setting"] == "x"
+    for row in (step, loop):  # each measurement's blocks (steps in thirds, epochs) give its spread
+        assert row["samples_per_s_min"] <= row["samples_per_s"] <= row["samples_per_s_max"], row
+
+
+def test_block_rates_are_the_slowest_and_fastest_block() -> None:
+    assert tu._block_rates(10.0, [(100, 11.0), (300, 12.0), (350, 12.5)]) == \
+        {"samples_per_s_min": 100.0, "samples_per_s_max": 200.0}
+    assert tu._block_rates(10.0, [(100, 12.0)]) == {"samples_per_s_min": 50.0, "samples_per_s_max": 50.0}
+    assert tu._block_rates(10.0, []) == {}
 
 
 def test_before_after_rows_carry_the_median_and_the_range_of_their_runs(tmp_path: Path) -> None:
@@ -236,6 +245,19 @@ def test_best_config_needs_a_clear_gain_over_the_current_setting() -> None:
     assert tu.best_config(_rows(100, 104, 90)).num_workers == 0   # +4 %: noise, keep current
     assert tu.best_config(_rows(100, 104, 130)).num_workers == 2
     assert tu.best_config(_rows(100, 104), min_gain=0.0).num_workers == 1
+
+
+def test_best_config_keeps_a_change_only_beyond_its_spread() -> None:
+    rows = _rows(100, 120)
+    rows[0].update(samples_per_s_min=90.0, samples_per_s_max=110.0)
+    rows[1].update(samples_per_s_min=105.0, samples_per_s_max=125.0)   # 1.20x, but 0.95-1.39x
+    assert tu.best_config(rows).num_workers == 0
+    assert tu.sweep_verdict(rows) == "kept the current setting (0): 1 was 1.20x, but its range 0.95-1.39x covers 1x"
+    rows[1].update(samples_per_s_min=115.0)
+    assert tu.best_config(rows).num_workers == 1
+    assert tu.sweep_verdict(rows) == "kept 1: 1.20x (1.05-1.39x) the samples/s of 0"
+    assert tu.sweep_verdict(_rows(100, 104)) == "kept the current setting (0): 1 was 1.04x, not 5% faster"
+    assert tu.sweep_verdict(_rows(100, 90)) == "kept the current setting (0): it was the fastest"
 
 
 def test_pick_batch_takes_the_knee() -> None:

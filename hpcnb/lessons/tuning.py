@@ -49,7 +49,7 @@ __all__ = [
     "set_threads", "make_model", "make_loader", "measure_step", "measure_loop",
     "sweep_batch_size", "pick_batch", "profile_split", "profile_ops", "sweep_workers", "sweep_threads",
     "compare_loader_options", "compare_precision", "precisions", "compile_available",
-    "measure_compile", "before_after", "speedup", "best_config", "write_rows", "read_rows",
+    "measure_compile", "before_after", "speedup", "best_config", "sweep_verdict", "write_rows", "read_rows",
     "markdown_table", "plot_tuning",
 ]
 
@@ -341,18 +341,19 @@ def _measure_step(cfg: Config, *, dev: str | None = None, seconds: float = 0.3, 
     for _ in range(warmup):
         trainer.step(x, y)
     _sync(dev)
-    steps, start = 0, time.perf_counter()
-    while steps < min_steps or time.perf_counter() - start < seconds:
+    start = time.perf_counter()
+    ends = []  # the clock after each step
+    while len(ends) < min_steps or ends[-1] - start < seconds:
         trainer.step(x, y)
-        steps += 1
-        if steps % 4 == 0 or steps >= min_steps:
-            _sync(dev)
-    _sync(dev)
-    elapsed = time.perf_counter() - start
+        _sync(dev)
+        ends.append(time.perf_counter())
+    elapsed = ends[-1] - start
     peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else None
-    samples = steps * cfg.batch_size
+    samples = len(ends) * cfg.batch_size
+    thirds = sorted({len(ends) * k // 3 for k in (1, 2, 3)} - {0})  # steps at the end of each block
     return _row(experiment, setting or str(cfg.batch_size), "step", cfg, dev, samples=samples,
-                seconds=elapsed, samples_per_s=samples / elapsed, peak_mem_mb=peak)
+                seconds=elapsed, samples_per_s=samples / elapsed, peak_mem_mb=peak,
+                **_block_rates(start, [(n * cfg.batch_size, ends[n - 1]) for n in thirds]))
 
 
 def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int = 2, warmup: int = 1,
@@ -369,6 +370,7 @@ def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int =
     if dev == "cuda":
         torch.cuda.reset_peak_memory_stats()
     samples, start, cut = 0, time.perf_counter(), False
+    epoch_ends = []  # (samples so far, clock) at the end of each epoch
     loader = make_loader(dataset, cfg)
     for _ in range(epochs):
         for xb, yb in loader:
@@ -377,15 +379,23 @@ def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int =
             if max_seconds and time.perf_counter() - start > max_seconds:
                 cut = True
                 break
+        _sync(dev)
+        epoch_ends.append((samples, time.perf_counter()))
         if cut:
             break
-    _sync(dev)
-    elapsed = time.perf_counter() - start
+    elapsed = epoch_ends[-1][1] - start
     del loader  # stops the workers
     peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else None
     return _row(experiment, setting, "loop", cfg, dev, samples=samples, seconds=elapsed,
-                samples_per_s=samples / elapsed, peak_mem_mb=peak,
+                samples_per_s=samples / elapsed, peak_mem_mb=peak, **_block_rates(start, epoch_ends),
                 note=f"stopped after {max_seconds:g} s" if cut else "")
+
+
+def _block_rates(start: float, ends: Sequence[tuple[int, float]]) -> dict[str, float]:
+    """The slowest and fastest samples/s over the blocks that end at ``ends`` ((samples so far,
+    clock) each; the first block begins at ``start``): a measurement's own spread."""
+    rates = [(n - n0) / (t - t0) for (n0, t0), (n, t) in zip([(0, start), *ends], ends) if t > t0 and n > n0]
+    return {"samples_per_s_min": min(rates), "samples_per_s_max": max(rates)} if rates else {}
 
 
 def _with_threads(fn, cfg: Config, *args: Any, **kw: Any):
@@ -510,18 +520,40 @@ def pick_batch(rows: Iterable[Mapping[str, Any]], tolerance: float = 0.10, cap: 
 
 
 def best_config(rows: Iterable[Mapping[str, Any]], min_gain: float = 0.05) -> Config:
-    """The configuration of the fastest row, unless it beats the *first* row by less than ``min_gain``.
+    """The configuration of the fastest row, unless it is not clearly faster than the *first* row.
 
-    The first row is the current setting: a change is adopted only when it is clearly faster
-    than measurement noise (5 % by default), never because it won by a hair.
+    The first row is the current setting: a change is adopted only when it is at least
+    ``min_gain`` (5 %) faster *and*, where the rows carry their spread (``samples_per_s_min`` and
+    ``_max``), its slowest block beats the current setting's fastest: never because it won by a
+    hair or by luck. :func:`sweep_verdict` says which, in words.
     """
+    first, best, why = _judge_sweep(rows, min_gain)
+    return Config.from_row(first if why else best)
+
+
+def sweep_verdict(rows: Iterable[Mapping[str, Any]], min_gain: float = 0.05) -> str:
+    """Which setting :func:`best_config` keeps, and why, with the speed-up's range."""
+    first, best, why = _judge_sweep(rows, min_gain)
+    if why:
+        return f"kept the current setting ({first['setting']}): {why}"
+    ratio, low, high, _ = speedup(first, best)
+    return f"kept {best['setting']}: {ratio:.2f}x ({low:.2f}-{high:.2f}x) the samples/s of {first['setting']}"
+
+
+def _judge_sweep(rows: Iterable[Mapping[str, Any]], min_gain: float) -> tuple[Mapping[str, Any], Mapping[str, Any], str]:
+    """(the current row, the fastest row, why the fastest is not kept: "" when it is)."""
     ok = [r for r in rows if r.get("status", "ok") == "ok" and r.get("samples_per_s")]
     if not ok:
         raise ValueError("no successful measurement to pick from")
     first, best = ok[0], max(ok, key=lambda r: float(r["samples_per_s"]))
-    if float(best["samples_per_s"]) < (1 + min_gain) * float(first["samples_per_s"]):
-        best = first
-    return Config.from_row(best)
+    if best is first:
+        return first, best, "it was the fastest"
+    ratio, low, high, _ = speedup(first, best)
+    if ratio < 1 + min_gain:
+        return first, best, f"{best['setting']} was {ratio:.2f}x, not {min_gain:.0%} faster"
+    if low <= 1:
+        return first, best, f"{best['setting']} was {ratio:.2f}x, but its range {low:.2f}-{high:.2f}x covers 1x"
+    return first, best, ""
 
 
 def _profile_split(cfg: Config, dataset, *, dev: str | None = None, batches: int = 6,
