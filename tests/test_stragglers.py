@@ -132,7 +132,8 @@ _GATHER = textwrap.dedent("""
     if rank == 0:
         import json
         print(json.dumps(got))
-    dist.destroy_process_group()
+    from hpcnb.lessons.distributed import leave
+    leave()  # a plain exit can abort in gloo's threads (see leave's docstring)
 """)
 
 
