@@ -540,7 +540,10 @@ def sweep_verdict(rows: Iterable[Mapping[str, Any]], min_gain: float = 0.05) -> 
     return f"kept {best['setting']}: {ratio:.2f}x ({low:.2f}-{high:.2f}x) the samples/s of {first['setting']}"
 
 
-def _judge_sweep(rows: Iterable[Mapping[str, Any]], min_gain: float) -> tuple[Mapping[str, Any], Mapping[str, Any], str]:
+Row = Mapping[str, Any]
+
+
+def _judge_sweep(rows: Iterable[Row], min_gain: float) -> tuple[Row, Row, str]:
     """(the current row, the fastest row, why the fastest is not kept: "" when it is)."""
     ok = [r for r in rows if r.get("status", "ok") == "ok" and r.get("samples_per_s")]
     if not ok:
