@@ -187,10 +187,13 @@ def test_scancel_running_with_steps(sides) -> None:
                 "output": sorted(output(norm, wd / "out.txt", placement=True).splitlines())}
 
     got = on_both(sides, one)
-    if not any("*** STEP " in line for line in got["real"]["output"]):
-        # the real step's slurmstepd line reaches the file only if its srun still forwards output when the
-        # line comes (timing); the local Slurm always writes it: compared only when the real one has it
-        got["local"]["output"] = [line for line in got["local"]["output"] if "*** STEP " not in line]
+    # Two lines reach the real file only when timing allows, and the local Slurm always writes them:
+    # slurmstepd's, if srun still forwards output when it comes; srun's own, if its signal thread
+    # handles the SIGTERM before the aborted step lets srun exit (measured under load, CI R).
+    # Each is compared only when the real one has it.
+    for marker in ("*** STEP ", "srun: forcing job termination"):
+        if not any(marker in line for line in got["real"]["output"]):
+            got["local"]["output"] = [line for line in got["local"]["output"] if marker not in line]
     check("scancel-running-with-steps", got)
 
 
