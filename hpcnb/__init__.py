@@ -8,9 +8,10 @@ every lesson's first line); grading and the course's kernel in :mod:`hpcnb.cours
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from importlib.machinery import ModuleSpec
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 __version__ = "0.1.0"
@@ -54,7 +55,9 @@ class _OldNames:
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         old = fullname.removeprefix("hpcnb.")
-        return ModuleSpec(fullname, self) if old in MOVED else None
+        if old not in MOVED:
+            return None
+        return ModuleSpec(fullname, self, origin=importlib.util.find_spec(MOVED[old]).origin)
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module(MOVED[spec.name.removeprefix("hpcnb.")])
@@ -63,6 +66,12 @@ class _OldNames:
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = module.__spec__.loader_state
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        """``python -m hpcnb.<old name>`` (a kernelspec or a script from before the move) runs the
+        module at its new place."""
+        new = importlib.util.find_spec(MOVED[fullname.removeprefix("hpcnb.")])
+        return new.loader.get_code(new.name)
 
 
 if not any(isinstance(finder, _OldNames) for finder in sys.meta_path):

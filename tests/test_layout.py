@@ -41,6 +41,17 @@ def test_old_module_names_import_the_moved_module(old):
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@pytest.mark.parametrize("old", ["kernel", "grading"])
+def test_old_module_names_still_run_with_dash_m(old):
+    """A kernelspec written before the move says ``python -m hpcnb.kernel``: every notebook's kernel
+    died ("'_OldNames' object has no attribute 'get_code'") until the old names could run."""
+    new = subprocess.run([sys.executable, "-m", hpcnb.MOVED[old], "--help"], capture_output=True, text=True,
+                         timeout=120)
+    got = subprocess.run([sys.executable, "-m", f"hpcnb.{old}", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0 and got.stdout.splitlines()[:1] == new.stdout.splitlines()[:1], got.stderr[-2000:]
+
+
 def test_an_unknown_module_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("hpcnb.no_such_module")
