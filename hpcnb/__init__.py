@@ -8,7 +8,6 @@ every lesson's first line); grading and the course's kernel in :mod:`hpcnb.cours
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from importlib.machinery import ModuleSpec
 from types import CodeType, ModuleType
@@ -55,9 +54,7 @@ class _OldNames:
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         old = fullname.removeprefix("hpcnb.")
-        if old not in MOVED:
-            return None
-        return ModuleSpec(fullname, self, origin=importlib.util.find_spec(MOVED[old]).origin)
+        return ModuleSpec(fullname, self, origin=_new_spec(fullname).origin) if old in MOVED else None
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module(MOVED[spec.name.removeprefix("hpcnb.")])
@@ -70,8 +67,15 @@ class _OldNames:
     def get_code(self, fullname: str) -> CodeType | None:
         """``python -m hpcnb.<old name>`` (a kernelspec or a script from before the move) runs the
         module at its new place."""
-        new = importlib.util.find_spec(MOVED[fullname.removeprefix("hpcnb.")])
+        new = _new_spec(fullname)
         return new.loader.get_code(new.name)
+
+
+def _new_spec(old_fullname: str) -> ModuleSpec:
+    """The spec of the module that ``hpcnb.<old name>`` moved to."""
+    import importlib.util  # only for an old name: ``import hpcnb`` stays light
+
+    return importlib.util.find_spec(MOVED[old_fullname.removeprefix("hpcnb.")])
 
 
 if not any(isinstance(finder, _OldNames) for finder in sys.meta_path):
