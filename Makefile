@@ -68,7 +68,7 @@ _setup-venv:
 LAB_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
 lab: setup
-	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=. $(LAB_ROOT_FLAG) notebooks/
+	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT_FLAG) --LabApp.default_url=/lab/tree/notebooks
 
 # The tests.  pytest's exit code 5 means "no tests collected"; it is reported but not treated as
 # a failure, so that a suite part that is still empty does not break the run.  Nothing may hang:
