@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import random
 import signal
 import sys
@@ -219,6 +220,17 @@ def _drain(threads: dict[int, list[threading.Thread]], task: int) -> None:
         thread.join(timeout=5)
 
 
+def _say(*lines: str) -> None:
+    """Diagnostic lines to stderr, each with one write(2) as srun's log does: a line is never split,
+    whatever else prints meanwhile (a relayed task line, another thread's line, -u's unbuffered stderr)."""
+    with _print_lock:
+        sys.stderr.flush()
+        for line in lines:
+            data = (line + "\n").encode(errors="replace")
+            while data:
+                data = data[os.write(2, data):]
+
+
 def _relay(fd: int, target, prefix: bytes) -> None:
     with os.fdopen(fd, "rb") as stream:
         for line in stream:
@@ -307,23 +319,50 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
     inherited = os.environ.get("SLURM_NTASKS")
     step, pids, threads = start_step(conn, job, cluster, req, argv, export_env(req.export, dict(os.environ)),
                                      int(inherited) if inherited and inherited.isdigit() else None)
-    terminated = []
-
-    def forward(sig, _frame) -> None:
-        if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
-            print("srun: got SIGCONT", file=sys.stderr, flush=True)
-        elif sig == signal.SIGTERM and not terminated:
-            terminated.append(sig)
-            print("srun: forcing job termination", file=sys.stderr, flush=True)
-        procs.send([p for p in procs.descendants() if p.pid in {t[0] for t in pids}], sig)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
-        signal.signal(sig, forward)
+    signals = SignalThread({t[0] for t in pids}).start()
     killer = KillOnBadExit(job["id"], step, cluster, bool(req.kill_on_bad_exit))
     statuses = _wait_tasks(pids, threads, killer)
-    if _force_terminated(statuses) and not terminated:
-        print(f"srun: Force Terminated StepId={job['id']}.{step['id']}", file=sys.stderr)
+    signals.stop()
+    if _force_terminated(statuses) and not signals.forced:
+        _say(f"srun: Force Terminated StepId={job['id']}.{step['id']}")
     return end_step(conn, job["id"], step, statuses)
+
+
+class SignalThread:
+    """srun's signal thread: the handlers only queue a signal (SimpleQueue.put is reentrant); this
+    thread says what srun says of it and forwards it to the step's tasks, one signal after another,
+    so that no line is written from inside a handler (a handler that ran while another's line was
+    half written used to split it)."""
+
+    FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+
+    def __init__(self, task_pids: set[int]) -> None:
+        self.task_pids = task_pids
+        self.forced = False  # "forcing job termination" was said (the first SIGTERM)
+        self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="srun signals", daemon=True)
+
+    def start(self) -> "SignalThread":
+        self._thread.start()
+        for sig in self.FORWARDED:
+            signal.signal(sig, lambda signum, _frame: self._signals.put(signum))
+        return self
+
+    def stop(self) -> None:
+        """The tasks have ended: handle what is queued, then leave."""
+        for sig in self.FORWARDED:
+            signal.signal(sig, signal.SIG_IGN)
+        self._signals.put(None)
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while (sig := self._signals.get()) is not None:
+            if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
+                _say("srun: got SIGCONT")
+            elif sig == signal.SIGTERM and not self.forced:
+                self.forced = True
+                _say("srun: forcing job termination")
+            procs.send([p for p in procs.descendants() if p.pid in self.task_pids], sig)
 
 
 class KillOnBadExit:
@@ -346,12 +385,12 @@ class KillOnBadExit:
         if not self.enabled or self.fired or not status:
             return
         self.fired = True
-        with _print_lock:
-            # info() in the launch/slurm plugin: its log prefix names plugin and function
-            print(f"{self.says}Terminating StepId={self.step_id}", file=sys.stderr, flush=True)
-            if self.first_node in busy_nodes:
-                print(f"slurmstepd-{self.first_node}: error: *** STEP {self.step_id} ON {self.first_node} "
-                      f"CANCELLED AT {time.strftime('%Y-%m-%dT%H:%M:%S')} ***", file=sys.stderr, flush=True)
+        # info() in the launch/slurm plugin: its log prefix names plugin and function
+        lines = [f"{self.says}Terminating StepId={self.step_id}"]
+        if self.first_node in busy_nodes:
+            lines.append(f"slurmstepd-{self.first_node}: error: *** STEP {self.step_id} ON {self.first_node} "
+                         f"CANCELLED AT {time.strftime('%Y-%m-%dT%H:%M:%S')} ***")
+        _say(*lines)
         threading.Thread(target=self._terminate, daemon=True).start()
 
     def _terminate(self) -> None:
@@ -388,8 +427,7 @@ def _wait_tasks(pids: list[tuple[int, str, int]], threads: dict[int, list[thread
 
 def _report(node: str, task: int, status: int) -> None:
     if status:
-        with _print_lock:
-            print(f"srun: error: {node}: task {task}: {_describe(status)}", file=sys.stderr, flush=True)
+        _say(f"srun: error: {node}: task {task}: {_describe(status)}")
 
 
 def _force_terminated(statuses: list[int | None]) -> bool:
@@ -431,10 +469,10 @@ def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
         holder["watcher"].join()  # every task has ended: it reports the last ones and stops
     statuses = [sup.mains[pid] or 0 for pid, _, _ in holder.get("pids", [])]
     if "step" in holder and _force_terminated(statuses) and outcome.state != "TIMEOUT":
-        print(f"srun: Force Terminated StepId={job['id']}.{holder['step']['id']}", file=sys.stderr)
+        _say(f"srun: Force Terminated StepId={job['id']}.{holder['step']['id']}")
     if outcome.state == "TIMEOUT":
-        print(f"srun: error: *** STEP {job['id']}.0 ON {job['alloc'][0]['node']} CANCELLED AT "
-              f"{time.strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***", file=sys.stderr)
+        _say(f"srun: error: *** STEP {job['id']}.0 ON {job['alloc'][0]['node']} CANCELLED AT "
+             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} DUE TO TIME LIMIT ***")
     if "step" not in holder:
         return 1
     if outcome.state == "FAILED":  # srun ends its job with its own status: slurm_complete_job(job, global_rc)
