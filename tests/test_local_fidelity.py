@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -179,6 +181,46 @@ def test_task_killed_by_a_signal_is_named_as_strsignal(workdir: Path) -> None:
     assert "srun: error: node1: task 0: Segmentation fault" in done.stderr  # (core dumped) with ulimit -c
     job = run(["sacct", "-n", "-X", "-P", "-o", "JobID", "--name=segv"]).stdout.split()[-1]
     assert sacct_rows(job) == [f"{job}|FAILED|0:11", f"{job}.0|CANCELLED|0:11"]
+
+
+# -- srun's lines under signals ------------------------------------------------------------------
+SIGNALLED_STEPS = 10
+# every line a signalled srun may write; a line split by a signal handler matches none of them
+SRUN_SIGNAL_LINE = re.compile(r"srun: (got SIGCONT|forcing job termination|error: node\d+: task 0: Terminated"
+                              r"|Force Terminated StepId=\d+\.\d+)")
+SIGNALLED_STEP_SCRIPT = f"""#!/bin/bash
+for i in $(seq {SIGNALLED_STEPS}); do
+  srun -n1 sh -c 'echo up; exec sleep 30' > up.$i 2>> srun.err &
+  pid=$!
+  for _ in $(seq 500); do [ -s up.$i ] && break; sleep 0.01; done
+  kill -CONT $pid; kill -TERM $pid; kill -CONT $pid; kill -TERM $pid; kill -CONT $pid
+  wait $pid
+  echo $? >> srun.rc
+done 2>/dev/null
+exit 0
+"""
+
+
+def test_srun_writes_each_line_whole_when_signals_come_together(workdir: Path) -> None:
+    """SIGCONT and SIGTERM sent together, again and again, beside a CPU-bound loop: each line srun says
+    is whole (its handlers only queue a signal; one thread writes each line in one write(2)). A line
+    used to be split when a handler ran while another's line was half written."""
+    (workdir / "job.sh").write_text(SIGNALLED_STEP_SCRIPT)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        done = run(["sbatch", "--wait", "-t", "5", "-o", "job.out", "job.sh"], timeout=240)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert done.returncode == 0, done.stderr + (workdir / "job.out").read_text()
+    lines = (workdir / "srun.err").read_text().split("\n")
+    assert lines.pop() == "", "srun's last line has no newline"
+    split = [line for line in lines if not SRUN_SIGNAL_LINE.fullmatch(line)]
+    assert not split, f"lines not whole: {split!r}"
+    assert lines.count("srun: forcing job termination") >= SIGNALLED_STEPS // 2, lines
+    # each srun ended with its signalled task (128 + SIGTERM), or by SIGTERM itself if it came before
+    # srun took its signals; none waited for its task's 30 s
+    assert set((workdir / "srun.rc").read_text().split()) <= {"143"}
 
 
 # -- the formats batchspawner, dask-jobqueue and submitit read -------------------------------------

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import queue
 import random
 import signal
 import sys
@@ -232,6 +231,7 @@ def _say(*lines: str) -> None:
 
 
 def _relay(fd: int, target, prefix: bytes) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, SignalThread.FORWARDED)  # srun's signal thread takes them
     with os.fdopen(fd, "rb") as stream:
         for line in stream:
             with _print_lock:
@@ -329,34 +329,33 @@ def run_in_allocation(conn, cluster, job, req, argv) -> int:
 
 
 class SignalThread:
-    """srun's signal thread: the handlers only queue a signal (SimpleQueue.put is reentrant); this
-    thread says what srun says of it and forwards it to the step's tasks, one signal after another,
-    so that no line is written from inside a handler (a handler that ran while another's line was
-    half written used to split it)."""
+    """srun's signal thread: the signals srun forwards are blocked in every other thread, and this one
+    takes them with sigwait(), says what srun says of each and forwards it to the step's tasks, as
+    Slurm's srun does. Nothing runs in a signal handler: a handler that ran while another's line
+    was half written used to split it, and one caught by a thread other than the main one waited
+    for the main thread to leave waitpid() (the task's end) before it forwarded anything."""
 
-    FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+    FORWARDED = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT}
+    WAKE = signal.SIGRTMIN  # sent by stop() to this thread alone
 
     def __init__(self, task_pids: set[int]) -> None:
         self.task_pids = task_pids
         self.forced = False  # "forcing job termination" was said (the first SIGTERM)
-        self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="srun signals", daemon=True)
 
     def start(self) -> "SignalThread":
+        """Block the signals in this thread (every later thread inherits it) and start taking them."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, self.FORWARDED | {self.WAKE})
         self._thread.start()
-        for sig in self.FORWARDED:
-            signal.signal(sig, lambda signum, _frame: self._signals.put(signum))
         return self
 
     def stop(self) -> None:
-        """The tasks have ended: handle what is queued, then leave."""
-        for sig in self.FORWARDED:
-            signal.signal(sig, signal.SIG_IGN)
-        self._signals.put(None)
+        """The tasks have ended: leave (a signal that comes later stays blocked, srun is ending)."""
+        signal.pthread_kill(self._thread.ident, self.WAKE)
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while (sig := self._signals.get()) is not None:
+        while (sig := signal.sigwait(self.FORWARDED | {self.WAKE})) != self.WAKE:
             if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
                 _say("srun: got SIGCONT")
             elif sig == signal.SIGTERM and not self.forced:
