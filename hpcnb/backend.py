@@ -112,6 +112,32 @@ def real_slurm_present(path: str | None = None) -> bool:
     return real_slurm(os.environ.get("PATH", "") if path is None else path)[0] is not None
 
 
+class SettingError(ValueError):
+    """An ``HPCNB_*`` environment variable holds a value hpcnb cannot use (one line: which, and why)."""
+
+
+SLURM_CHOICES = ("local", "real", "auto")
+
+
+def check_settings() -> None:
+    """Raise :class:`SettingError` for the first unusable ``HPCNB_SLURM``, ``HPCNB_PROFILE`` or
+    ``HPCNB_STATE_DIR``, before anything starts (commands then say it in one line and exit 2)."""
+    choice = os.environ.get("HPCNB_SLURM", "auto").strip().lower()
+    if choice not in (*SLURM_CHOICES, ""):
+        raise SettingError(f"HPCNB_SLURM={choice!r} is not valid: use {', '.join(SLURM_CHOICES[:-1])} "
+                           f"or {SLURM_CHOICES[-1]}")
+    if os.environ.get("HPCNB_PROFILE"):
+        from hpcnb.sites import ProfileError, load_profile
+
+        try:
+            load_profile()
+        except ProfileError as err:
+            raise SettingError(f"HPCNB_PROFILE={os.environ['HPCNB_PROFILE']!r}: {err}") from None
+    state = os.environ.get("HPCNB_STATE_DIR")
+    if state and os.path.exists(state) and not os.path.isdir(state):
+        raise SettingError(f"HPCNB_STATE_DIR={state!r} is not a folder: name a folder (it is made if missing)")
+
+
 def choose_slurm() -> Choice:
     """The Slurm to use, following HPCNB_SLURM (local | real | auto), with the reason.
     ``auto`` asks a real Slurm's controller once per process and PATH (see :func:`real_slurm`)."""
@@ -122,7 +148,7 @@ def choose_slurm() -> Choice:
     if choice == "real":
         return Choice("real", "HPCNB_SLURM=real", _cached_real(path)[0])
     if choice not in ("", "auto"):
-        raise ValueError(f"HPCNB_SLURM={choice!r} is not valid: use local, real or auto")
+        check_settings()
     bin_dir, why = _cached_real(path)
     if bin_dir:
         return Choice("real", f"HPCNB_SLURM=auto and a real Slurm answers: {why}", bin_dir)

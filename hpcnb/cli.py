@@ -162,9 +162,31 @@ def _kernel_install(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    from hpcnb.lint import report_files
+    """Print each script's findings (``-`` is standard input); 1 if any is an error, 2 if a script
+    cannot be read or the profile is unknown."""
+    from pathlib import Path
 
-    return report_files(args.scripts, args.profile)
+    from hpcnb.lint import ERROR, lint_text
+    from hpcnb.sites import ProfileError, load_profile
+
+    try:
+        profile = load_profile(args.profile) if args.profile else None
+    except ProfileError as exc:
+        print(f"hpcnb lint: {exc}", file=sys.stderr)
+        return USAGE
+    status = OK
+    for path in args.scripts:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError as exc:
+            print(f"hpcnb lint: cannot read {path}: {exc.strerror}", file=sys.stderr)
+            status = USAGE
+            continue
+        for finding in lint_text(text, profile, Path.cwd()):
+            print(finding.format(path))
+            if finding.severity == ERROR and status == OK:
+                status = FAILED
+    return status
 
 
 # -------------------------------------------------------------------------------- the grammar
@@ -247,7 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return OK
-    return args.run(args)
+    from hpcnb.backend import SettingError, check_settings
+
+    try:
+        check_settings()
+        return args.run(args)
+    except SettingError as err:  # a bad HPCNB_* value: one line, as a usage error
+        print(f"hpcnb: error: {err}", file=sys.stderr)
+        return USAGE
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ the profile's ``slurm_version`` is reported.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SL110": (WARNING, "abbreviated option name"),
     "SL111": (ERROR, "placeholder left in a directive"),
     "SL112": (ERROR, "#! line names no interpreter that can exist"),
+    "SL113": (WARNING, "log file in a folder that does not exist"),
     "SL201": (WARNING, "multi-task job never launches its tasks with srun"),
     "SL202": (WARNING, "srun does not inherit --cpus-per-task (Slurm 22.05-23.02)"),
     "SL203": (WARNING, "fixed MASTER_PORT"),
@@ -697,6 +698,26 @@ def _check_profile(parsed: ParsedScript, text: str, profile: Any, limit: int | N
 # ------------------------------------------------------------------ entry points
 
 
+def _check_log_folders(parsed: ParsedScript, workdir: Path) -> list[Finding]:
+    """--output/--error into a folder that does not exist where the job starts (``workdir``, or
+    --chdir): sbatch accepts the job, slurmstepd cannot open the file, and the job fails with no output
+    at all (Slurm never creates the folder). Folders with a ``%`` pattern are not checked."""
+    chdir = _last(parsed, "chdir")
+    if chdir is not None and chdir.value and "%" in chdir.value:
+        return []
+    start = workdir / chdir.value if chdir is not None and chdir.value else workdir
+    out: list[Finding] = []
+    for long in ("output", "error"):
+        d = _last(parsed, long)
+        folder = os.path.dirname(d.value) if d is not None and d.value else ""
+        if not folder or "%" in folder or (start / folder).is_dir():
+            continue
+        out.append(_f(d.lineno, "SL113", f"--{long}={d.value}: the folder '{folder}' does not exist in {start}: "
+                      "the job would fail with no output at all (Slurm does not create it)",
+                      f"mkdir -p {folder} before sbatch"))
+    return out
+
+
 def _resolve_profile(profile: Any) -> Any:
     if profile is None or not isinstance(profile, str):
         return profile
@@ -705,12 +726,15 @@ def _resolve_profile(profile: Any) -> Any:
     return load_profile(profile)
 
 
-def lint_text(text: str, profile: Profile | str | None = None) -> list[Finding]:
-    """Lint a job script's text; ``profile`` is a site Profile, its name, or None."""
+def lint_text(text: str, profile: Profile | str | None = None, workdir: str | Path | None = None) -> list[Finding]:
+    """Lint a job script's text; ``profile`` is a site Profile, its name, or None. With ``workdir``
+    (where it would be submitted) the folders of its log files are checked too."""
     prof = _resolve_profile(profile)
     parsed = parse_script(text)
     found = _check_form(parsed) + _check_shebang(parsed) + _check_directives(parsed, prof)
     found += _check_placement(parsed) + _check_placeholders(parsed) + _check_log_names(parsed)
+    if workdir is not None:
+        found += _check_log_folders(parsed, Path(workdir))
     time_findings, limit, timed = _check_time(parsed)
     found += time_findings + _check_body(parsed, text, prof) + _check_copied_text(parsed, text)
     if prof is not None:
@@ -718,42 +742,8 @@ def lint_text(text: str, profile: Profile | str | None = None) -> list[Finding]:
     return sorted(found, key=lambda f: (f.lineno, f.code))
 
 
-def lint_file(path: str | Path, profile: Profile | str | None = None) -> list[Finding]:
-    """Lint a job script file."""
-    return lint_text(Path(path).read_text(encoding="utf-8", errors="surrogateescape"), profile)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``hpcnb lint ARGS``: parsed by :mod:`hpcnb.cli`, which calls :func:`report_files`.
-
-    0 = clean or warnings only, 1 = errors, 2 = usage problem (also an unknown profile or an unreadable script).
-    """
-    from hpcnb.cli import main as cli
-
-    return cli(["lint", *(sys.argv[1:] if argv is None else argv)])
-
-
-def report_files(paths: list[str], profile_name: str | None = None) -> int:
-    """Print each script's findings (``-`` is standard input); return the exit code of ``hpcnb lint``."""
-    try:
-        profile = _resolve_profile(profile_name)
-    except ValueError as exc:  # ProfileError is a ValueError
-        print(f"hpcnb lint: {exc}", file=sys.stderr)
-        return 2
-    status = 0
-    for path in paths:
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            print(f"hpcnb lint: cannot read {path}: {exc.strerror}", file=sys.stderr)
-            status = 2
-            continue
-        for finding in lint_text(text, profile):
-            print(finding.format(path))
-            if finding.severity == ERROR and status == 0:
-                status = 1
-    return status
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def lint_file(path: str | Path, profile: Profile | str | None = None,
+              workdir: str | Path | None = None) -> list[Finding]:
+    """Lint a job script file, to be submitted from ``workdir`` (default: the current folder)."""
+    text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    return lint_text(text, profile, Path.cwd() if workdir is None else workdir)

@@ -24,9 +24,10 @@ ERROR = "#!/bin/bash\n#SBATCH --partiton=debug\n#SBATCH --time=00:10:00\nsrun ho
 WARNING_ONLY = "#!/bin/bash\n#SBATCH -N 1\nsrun true\n"  # SL108: no --time
 
 
-def hpcnb_cmd(*args: str, state: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
+def hpcnb_cmd(*args: str, state: Path | None = None, input: str | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m hpcnb.cli ARGS`` in a fresh process (optionally on its own local Slurm state)."""
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     if state is not None:
         env["HPCNB_STATE_DIR"] = str(state)
     return subprocess.run([sys.executable, "-m", "hpcnb.cli", *args], capture_output=True, text=True,
@@ -152,12 +153,10 @@ def test_usage_error_is_exit_2_on_stderr(argv, prog, phrase, tmp_path):
 
 
 def test_usage_error_in_process_returns_2(capsys):
-    """cli.main (and hpcnb.lint.main, ``python -m hpcnb.lint``) return the code instead of exiting."""
-    from hpcnb import lint
-
+    """cli.main returns the code instead of exiting."""
     assert cli.main(["slurm", "reset", "--profile"]) == 2
     assert cli.main(["check-names", "extra"]) == 2
-    assert lint.main(["--profile"]) == 2
+    assert cli.main(["lint", "--profile"]) == 2
     err = capsys.readouterr().err
     assert "usage: hpcnb slurm reset " in err
     assert "hpcnb slurm reset: error: argument --profile: expected one argument" in err
@@ -299,8 +298,22 @@ def test_lint_exit_codes(tmp_path):
     assert done.returncode == 2 and "no site profile named 'no-such-site'" in done.stderr
     done = hpcnb_cmd("lint", str(tmp_path / "missing.sh"), error)
     assert done.returncode == 2 and "cannot read" in done.stderr and " SL101 " in done.stdout
-    # python -m hpcnb.lint is the same command
-    module = subprocess.run([sys.executable, "-m", "hpcnb.lint", error], capture_output=True, text=True, timeout=60)
-    assert module.returncode == 1 and " SL101 " in module.stdout
-    bare = subprocess.run([sys.executable, "-m", "hpcnb.lint"], capture_output=True, text=True, timeout=60)
+    bare = hpcnb_cmd("lint")
     assert bare.returncode == 2 and bare.stderr.startswith("usage: hpcnb lint ")
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("HPCNB_SLURM=bogus", "hpcnb: error: HPCNB_SLURM='bogus' is not valid: use local, real or auto"),
+    ("HPCNB_PROFILE=bogus", "hpcnb: error: HPCNB_PROFILE='bogus': "),
+    ("HPCNB_STATE_DIR={file}", "hpcnb: error: HPCNB_STATE_DIR='{file}' is not a folder"),
+])
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, setting: str, says: str) -> None:
+    """A bad HPCNB_* value: every command says which and why in one line, exits 2, starts nothing."""
+    file = tmp_path / "a-file"
+    file.write_text("")
+    name, _, value = setting.format(file=file).partition("=")
+    for command in (["which-slurm"], ["slurm", "status"], ["lint", "-"]):
+        done = hpcnb_cmd(*command, input="", env={**os.environ, name: value})
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.startswith(says.format(file=file)) and done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.lint import CODES, Finding, lint_file, lint_text, main
+from hpcnb.cli import main as cli_main
+from hpcnb.lint import CODES, Finding, lint_file, lint_text
 from hpcnb.sites import GpuType, NodeGroup, Partition, Profile
 
 # Digital Research Alliance guide: a misspelled directive and a log name without %j.
@@ -383,9 +384,15 @@ def test_profile_by_name():
 
 
 # ------------------------------------------------------------------ CLI
+def main(argv: list[str]) -> int:
+    """``hpcnb lint ARGV`` in this process."""
+    return cli_main(["lint", *argv])
 
 
-def test_cli_output_and_exit_codes(tmp_path, capsys):
+
+def test_cli_output_and_exit_codes(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where it would be submitted: its logs/ folder is there
+    (tmp_path / "logs").mkdir()
     bad = tmp_path / "bad.sh"
     bad.write_text(GUIDE_ALLIANCE)
     good = tmp_path / "good.sh"
@@ -474,7 +481,7 @@ SEED_SCRIPTS = Path(__file__).parent / "fixtures" / "seed-scripts"
 
 #: fixture -> the rule ids its site's profile (the name before '-') must report, no more, no fewer.
 SEED_FINDINGS = {
-    "stability-1.sh": {"SL109", "SL205"},
+    "stability-1.sh": {"SL109", "SL113", "SL205"},
     "stability-2.sh": {"SL112", "SL108", "SL304"},
     "stability-3.sh": {"SL108", "SL304"},
     "narval-1.sh": {"SL101", "SL107", "SL111", "SL301"},
@@ -490,11 +497,12 @@ SEED_FINDINGS = {
 
 
 @pytest.mark.parametrize("name", sorted(SEED_FINDINGS))
-def test_seed_guide_scripts_as_a_reader_copies_them(name):
+def test_seed_guide_scripts_as_a_reader_copies_them(name, tmp_path):
     """What a reader who copies a guide's job script gets wrong on its own site (guide 002, Ulysses, has none).
 
     ============== =====================================================================================
-    stability-1    SL109 ``-t 7-00:00`` ends in a non-breaking space; SL205 ``srun **--comment Laion**``
+    stability-1    SL109 ``-t 7-00:00`` ends in a non-breaking space; SL205 ``srun **--comment Laion**``;
+                   SL113 ``--output=LOGS/...`` where no LOGS folder was made
     stability-2    SL112 ``#!/bin/bash\\``; SL304 no ``--comment`` project; SL108 no --time
     stability-3    SL304 no ``--comment`` project; SL108 no --time
     narval-1       SL101 ``--ntaks-per-node``; SL107 ``outjobfile-J.out``; SL301 + SL111 ``xxx_usr_prod``;
@@ -507,7 +515,7 @@ def test_seed_guide_scripts_as_a_reader_copies_them(name):
     pizdaint-2     SL111 ``--account=<project>``; SL201 horovodrun starts its workers over ssh
     ============== =====================================================================================
     """
-    found = lint_file(SEED_SCRIPTS / name, name.split("-")[0])
+    found = lint_file(SEED_SCRIPTS / name, name.split("-")[0], workdir=tmp_path)
     assert {f.code for f in found} == SEED_FINDINGS[name], [f.format(name) for f in found]
 
 
@@ -576,3 +584,18 @@ g(**kw)
 ls **/*.py  # **globstar** <ARGS>
 """
     assert lint_text(_script("#SBATCH --time=5", body)) == []
+
+
+def test_log_file_in_a_missing_folder_is_a_warning(tmp_path: Path) -> None:
+    """SL113: --output/--error into a folder that does not exist where the job starts (the submitting
+    folder, or --chdir): the job would fail with no output at all, since Slurm never makes the folder."""
+    script = "#!/bin/bash\n#SBATCH --time=5\n#SBATCH --output=logs/%x_%j.out\n#SBATCH --error=%j/err\nhostname\n"
+    found = [f for f in lint_text(script, workdir=tmp_path) if f.code == "SL113"]
+    assert [(f.lineno, f.severity) for f in found] == [(3, "warning")]  # a %-pattern folder is not judged
+    assert "'logs' does not exist" in found[0].message and "mkdir -p logs" in found[0].fix
+    (tmp_path / "logs").mkdir()
+    assert not [f for f in lint_text(script, workdir=tmp_path) if f.code == "SL113"]
+    chdir = "#!/bin/bash\n#SBATCH --chdir=run\n#SBATCH --output=logs/%j.out\nhostname\n"
+    (tmp_path / "run").mkdir()
+    assert [f.code for f in lint_text(chdir, workdir=tmp_path) if f.code == "SL113"] == ["SL113"]
+    assert not [f for f in lint_text(script) if f.code == "SL113"], "no folder is judged without a workdir"

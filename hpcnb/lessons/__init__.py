@@ -36,9 +36,10 @@ def setup(workdir: str | None = None) -> Path | None:
     * with ``workdir``: :func:`work_folder` (returned).
     """
     import hpcnb
-    from hpcnb.backend import slurm_env, which_slurm, without_job_variables
+    from hpcnb.backend import check_settings, slurm_env, which_slurm, without_job_variables
     from hpcnb.lessons.jobscripts import register_magic, site_environment
 
+    check_settings()  # a bad HPCNB_* value: one clear SettingError before anything changes
     env = without_job_variables(slurm_env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     os.environ.clear()
