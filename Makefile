@@ -163,14 +163,14 @@ portal: setup
 	bash ci/portal.sh run
 
 # make test-portal: in a browser, the student logs in, gets a server (a Slurm job) and runs lesson 1
-# in it; on the local Slurm, then on the real one (start it first: make real-slurm-up; others who
+# in it, and the Open OnDemand app (ondemand/) starts the course in a Slurm job; on the local Slurm, then on the real one (start it first: make real-slurm-up; others who
 # share it: flock /tmp/real-slurm.lock make test-portal). PORTAL_TESTS=local runs one of them.
 PORTAL_TESTS ?= local real
 test-portal: setup
 	PORTAL_USERS=hpcnb-student bash ci/portal.sh install
 	@for slurm in $(PORTAL_TESTS); do \
 	    HPCNB_PORTAL_TEST=$$slurm; export HPCNB_PORTAL_TEST; \
-	    $(call pytest-cmd,-p no:cacheprovider -s tests/test_portal.py,portal-$$slurm); \
+	    $(call pytest-cmd,-p no:cacheprovider -s tests/test_portal.py tests/test_ondemand.py,portal-$$slurm); \
 	done
 
 real-slurm-up:

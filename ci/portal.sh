@@ -95,10 +95,18 @@ password() {
 
 port_free() { [[ -z $(ss -Htln "sport = :$1") ]]; }
 
+install_ruby() {  # Debian's Ruby: tests/test_ondemand.py renders the OnDemand app's ERB templates with it
+    command -v erb >/dev/null && return
+    log "apt: ruby (for the OnDemand app's test)"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends ruby \
+        >/dev/null || die "apt-get install ruby failed"
+}
+
 cmd_install() {
     install_course
     install_users
     install_proxy
+    install_ruby
     log "installed: course in $COURSE, users $(portal_users | tr '\n' ' ')"
 }
 
