@@ -140,16 +140,19 @@ def main(argv: list[str]) -> int:
         elif opt in ("-l", "--long"):
             fmt, long_listing = LONG_FORMAT, True
     now = time.time()
-    # what slurmctld still holds: jobs not ended, or ended less than MinJobAge ago
-    jobs = select_jobs(conn, job_ids, "end_time IS NULL OR end_time > ?", (now - MIN_JOB_AGE_S,))
+    codes = {v: k for k, v in CODES.items()}
+    if states and "ALL" not in states:
+        states = {codes.get(s, s) for s in states}
+    # what slurmctld still holds: jobs not ended, or ended less than MinJobAge ago; of those, only the
+    # states shown are read (thousands of array tasks that just ended are not loaded to print nothing)
+    shown = ACTIVE if states is None else () if "ALL" in states else tuple(states)
+    where = "(end_time IS NULL OR end_time > ?)" + (f" AND state IN ({','.join('?' * len(shown))})" if shown else "")
+    jobs = select_jobs(conn, job_ids, where, (now - MIN_JOB_AGE_S, *shown))
     jobs = [j for j in jobs if not j["end_time"] or now - j["end_time"] <= MIN_JOB_AGE_S]  # not purged yet
     # one id is looked up (slurm_load_job(), which fails for an unknown job); several filter the queue
     if job_ids and not jobs and len([t for t in job_ids.replace(" ", ",").split(",") if t]) == 1:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    codes = {v: k for k, v in CODES.items()}
-    if states and "ALL" not in states:
-        states = {codes.get(s, s) for s in states}
     visible = []
     for job in jobs:
         if states is None and job["state"] not in ACTIVE:  # -j too: an ended job shows only with -t
