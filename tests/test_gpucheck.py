@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hpcnb.course import gpucheck
@@ -49,11 +50,17 @@ def test_steps_are_bounded_one_by_one_and_together(tmp_path: Path) -> None:
     runner = Runner(dict(os.environ), budget_s=30)
     ok = runner.run("ok", [sys.executable, "-c", "print('fine')"], 20, cwd=tmp_path)
     failed = runner.run("failed", [sys.executable, "-c", "import sys; sys.exit('broken: here is why')"], 20, cwd=tmp_path)
-    slow = runner.run("slow", [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"], 1,
-                      cwd=tmp_path)
+    slow = runner.run("slow", [sys.executable, "-c", "import subprocess, time; child = subprocess.Popen(['sleep', '60']); "
+                                                   "print(child.pid, flush=True); time.sleep(60)"], 2, cwd=tmp_path)
     assert (ok.state, ok.output) == ("ok", "fine\n")
     assert (failed.state, failed.note) == ("failed", "exit 1: broken: here is why")
-    assert (slow.state, slow.note, slow.output) == ("timeout", "stopped after 1 s", "started\n")
+    assert (slow.state, slow.note) == ("timeout", "stopped after 2 s")
+    child = int(slow.output)  # its child, which held the output pipe too, went with it
+    try:
+        gone, alive = psutil.wait_procs([psutil.Process(child)], timeout=30)  # SIGKILL lands a moment later
+        assert not alive or alive[0].status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        pass
     runner.deadline = 0  # the budget spent: what is left is skipped, not run
     late = runner.run("late", [sys.executable, "-c", "raise SystemExit(1)"], 20, cwd=tmp_path)
     assert (late.state, late.note) == ("skipped", f"over the {gpucheck.BUDGET_S} s budget")

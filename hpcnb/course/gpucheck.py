@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,17 +28,20 @@ REPORT = ROOT / "test-artifacts" / "gpu-report.md"
 BUDGET_S = 360  # the whole check, on one H100/H200
 UNIT_TESTS = ("tests/test_precision.py", "tests/test_tuning.py", "tests/test_distributed.py",
               "tests/test_gpu_accounting.py")  # the CUDA-only tests and the CPU-faked ones beside them
-#: the lessons' job-side scripts, as run.sh of the H200 reference (2026-11-27) ran them: (job name, arguments)
+#: the lessons' job-side scripts, as run.sh of the H200 reference (2026-11-27) ran them: (job name,
+#: what comes before the Python in srun's command, the module and its arguments)
 JOBS = (
-    ("l08-single", "hpcnb.scripts.single_train --epochs 2 --out single"),
-    ("l08-ddp", "hpcnb.scripts.ddp_train --epochs 2 --out ddp"),
-    ("l08-ddp-node", "hpcnb.scripts.ddp_node_train --epochs 2 --out ddpnode"),
-    ("l09-lightning", "hpcnb.scripts.lightning_train --devices 1 --epochs 2 --out light"),
-    ("l10-horovod", "hpcnb.scripts.horovod_train --epochs 2 --out hvd"),
-    ("l11-scaling", "hpcnb.scripts.scaling_train --kind strong --steps 40"),
-    ("l12-ckpt", "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 10 --every 5 --step-seconds 0 --out ck"),
-    ("l12-ckpt-resume", "hpcnb.scripts.ckpt_train --steps 20 --every 5 --step-seconds 0 --out ck"),
-    ("l13-stragglers", "hpcnb.scripts.straggler_train --steps 20 --quiet --out times.json"),
+    ("l08-single", "", "hpcnb.scripts.single_train --epochs 2 --out single"),
+    ("l08-ddp", "", "hpcnb.scripts.ddp_train --epochs 2 --out ddp"),
+    ("l08-ddp-node", "", "hpcnb.scripts.ddp_node_train --epochs 2 --out ddpnode"),
+    ("l09-lightning", "", "hpcnb.scripts.lightning_train --devices 1 --epochs 2 --out light"),
+    ("l10-horovod", "", "hpcnb.scripts.horovod_train --epochs 2 --out hvd"),
+    ("l11-scaling", "", "hpcnb.scripts.scaling_train --kind strong --steps 40"),
+    ("l12-ckpt", "", "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 10 --every 5 --step-seconds 0 --out ck"),
+    ("l12-ckpt-resume-cpu", "env CUDA_VISIBLE_DEVICES= ",  # a GPU checkpoint resumed on the CPU
+     "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 5 --every 5 --step-seconds 0 --out ck"),
+    ("l12-ckpt-resume-gpu", "", "hpcnb.scripts.ckpt_train --steps 20 --every 5 --step-seconds 0 --out ck"),
+    ("l13-stragglers", "", "hpcnb.scripts.straggler_train --steps 20 --quiet --out times.json"),
 )
 LESSON6 = "notebooks/06-single-device-tuning.ipynb"
 LESSON7 = "notebooks/07-tf32-and-precision.ipynb"
@@ -58,8 +62,9 @@ class Step:
 class Runner:
     """Runs steps one after another within one budget, each bounded by its own timeout too."""
 
-    def __init__(self, env: dict[str, str], budget_s: float = BUDGET_S) -> None:
-        self.env, self.deadline, self.steps = env, time.monotonic() + budget_s, []
+    def __init__(self, env: dict[str, str], budget_s: float | None = None) -> None:
+        self.env, self.steps = env, []
+        self.deadline = time.monotonic() + (BUDGET_S if budget_s is None else budget_s)
 
     def run(self, name: str, argv: list[str], timeout_s: float, cwd: Path = ROOT) -> Step:
         left = self.deadline - time.monotonic()
@@ -67,14 +72,21 @@ class Runner:
             return self.add(Step(name, "skipped", 0.0, f"over the {BUDGET_S} s budget"))
         limit, start = min(timeout_s, left), time.monotonic()
         print(f"== {name}", flush=True)
+        # its own process group: on a timeout its children (kernels, srun) go with it
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                env=self.env, start_new_session=True)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=limit, cwd=cwd, env=self.env)
-        except subprocess.TimeoutExpired as err:
-            output = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else err.stdout or ""
-            return self.add(Step(name, "timeout", time.monotonic() - start, f"stopped after {limit:.0f} s", output))
-        output = done.stdout + done.stderr
-        note = "" if done.returncode == 0 else f"exit {done.returncode}: {last_line(done.stderr or done.stdout)}"
-        return self.add(Step(name, "ok" if done.returncode == 0 else "failed", time.monotonic() - start, note, output))
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a descendant that left the group holds the pipes
+                proc.kill()
+                out, err = "", ""
+            return self.add(Step(name, "timeout", time.monotonic() - start, f"stopped after {limit:.0f} s", out + err))
+        note = "" if proc.returncode == 0 else f"exit {proc.returncode}: {last_line(err or out)}"
+        return self.add(Step(name, "ok" if proc.returncode == 0 else "failed", time.monotonic() - start, note, out + err))
 
     def add(self, step: Step) -> Step:
         self.steps.append(step)
@@ -170,7 +182,8 @@ def job_step(runner: Runner, name: str, command: str, work: Path, cpus: int = 2,
     if job_id.isdigit():
         acct = subprocess.run(["sacct", "-n", "-P", "-j", f"{job_id}.0", "-o", "State,Elapsed,TRESUsageInMax"],
                               capture_output=True, text=True, timeout=30, env=runner.env)
-        step.note = f"job {job_id}: {acct.stdout.strip()} " + step.note
+        seen = ", ".join(field for field in acct.stdout.strip().split("|") if field)
+        step.note = f"job {job_id}, step 0: {seen or 'not in sacct'}; {step.note}".rstrip("; ")
         out = next(work.glob(f"{name}-{job_id}.out"), None)
         step.output += out.read_text(errors="replace") if out else ""
     return step
@@ -209,11 +222,11 @@ def main() -> int:
                                             *UNIT_TESTS], 150)
         lesson7 = runner.run("lesson 7: python -m hpcnb.lessons.precision", [sys.executable, "-m",
                                                                               "hpcnb.lessons.precision"], 100)
-        for name, args in JOBS:
+        for name, before, args in JOBS:
             if name == "l10-horovod" and importlib.util.find_spec("horovod") is None:
                 runner.add(Step(name, "skipped", 0.0, "Horovod is not installed for this Python (ci/build-horovod.sh)"))
                 continue
-            job_step(runner, name, f"srun --kill-on-bad-exit=1 {sys.executable} -m {args}", work)
+            job_step(runner, name, f"srun --kill-on-bad-exit=1 {before}{sys.executable} -m {args}", work)
         lesson6_dir = work / "lesson6"
         lesson6_dir.mkdir()
         write_cells(ROOT / LESSON6, lesson6_dir)
