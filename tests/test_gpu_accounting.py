@@ -69,6 +69,13 @@ def test_sampler_says_why_it_cannot_sample(monkeypatch: pytest.MonkeyPatch) -> N
     sampler, why = GpuSampler.open([0, 1])
     assert sampler is not None and why == "sampling GPU(s) 0 with NVML"
 
+    def lost() -> int:
+        raise NVMLError("GPU is lost")
+
+    monkeypatch.setitem(sys.modules, "pynvml", SimpleNamespace(**{**vars(one_gpu), "nvmlDeviceGetCount": lost},
+                                                               nvmlInit=lambda: None))
+    assert GpuSampler.open([0]) == (None, "NVML cannot read the GPUs (GPU is lost)")
+
 
 def test_a_gpu_jobs_step_is_accounted_from_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job on the local Slurm (24.11) with --gres=gpu:1 whose srun step holds 1 GiB of the (fake)

@@ -68,12 +68,16 @@ class GpuSampler:
         nvml, why = load_nvml()
         if nvml is None:
             return None, why
-        count = nvml.nvmlDeviceGetCount()
-        seen = [i for i in wanted if i < count]
-        if not seen:
-            nvml.nvmlShutdown()
-            return None, f"NVML sees {count} GPU(s), none of the job's ({','.join(map(str, wanted))})"
-        return cls(nvml, seen), f"sampling GPU(s) {','.join(map(str, seen))} with NVML"
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            seen = [i for i in wanted if i < count]
+            if seen:
+                return cls(nvml, seen), f"sampling GPU(s) {','.join(map(str, seen))} with NVML"
+            why = f"NVML sees {count} GPU(s), none of the job's ({','.join(map(str, wanted))})"
+        except nvml.NVMLError as err:
+            why = f"NVML cannot read the GPUs ({err})"
+        nvml.nvmlShutdown()
+        return None, why
 
     def sample(self, step_of_pid: Mapping[int, str]) -> None:
         """One sample of every GPU: a step with a process on a GPU gets that GPU's utilisation and

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import hostlist
 
 from . import db, envvars, paths, procs, transitions
-from .gpuusage import GpuSampler, StepGpuUse
 from .cluster import Cluster, state_cluster
+from .gpuusage import GpuSampler, StepGpuUse
 from .wake import ensure_running, log, poke
 
 MEM_POLL_S = 0.25
