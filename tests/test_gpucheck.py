@@ -63,7 +63,7 @@ def test_steps_are_bounded_one_by_one_and_together(tmp_path: Path) -> None:
         pass
     runner.deadline = 0  # the budget spent: what is left is skipped, not run
     late = runner.run("late", [sys.executable, "-c", "raise SystemExit(1)"], 20, cwd=tmp_path)
-    assert (late.state, late.note) == ("skipped", f"over the {gpucheck.BUDGET_S} s budget")
+    assert (late.state, late.note) == ("not run", f"the {gpucheck.BUDGET_S} s budget was spent")
     assert [s.name for s in runner.steps] == ["ok", "failed", "slow", "late"]
 
 
@@ -87,10 +87,10 @@ def test_lesson6_verdicts_from_the_h200_run(tmp_path: Path) -> None:
 
 def test_report_names_the_machine_every_step_and_the_failures() -> None:
     steps = [Step("CUDA-only unit tests", "ok", 12.4), Step("l08-ddp", "failed", 150.2, "exit 1: node1 | no"),
-             Step("l10-horovod", "skipped", 0.0, "Horovod is not installed")]
+             Step("l10-horovod", "skipped", 0.0, "Horovod is not installed"), Step("l06-tune", "not run", 0.0)]
     text = gpucheck.report({"card (name, memory, driver)": "NVIDIA H200, 143771 MiB, 580.159.04"}, steps, "T7", "V6")
     assert "- card (name, memory, driver): NVIDIA H200, 143771 MiB, 580.159.04" in text
-    assert "2 of 3 steps passed or were skipped; failed: l08-ddp; 163 s in all." in text
+    assert "2 of 4 steps passed or were skipped; failed: l08-ddp, l06-tune; 163 s in all." in text
     assert "| l08-ddp | failed | 150 | exit 1: node1 / no |" in text  # a | in a note cannot break the table
     assert text.index("## Lesson 7") < text.index("T7") < text.index("## Lesson 6") < text.index("V6")
 

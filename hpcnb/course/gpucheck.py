@@ -47,13 +47,14 @@ LESSON6 = "notebooks/06-single-device-tuning.ipynb"
 LESSON7 = "notebooks/07-tf32-and-precision.ipynb"
 SWEEPS = ("batch_size", "num_workers", "threads")  # lesson 6's rows left out of the verdicts
 FORMATS = ("fp32", "tf32", "fp16", "bf16")
+FAILURES = ("failed", "timeout", "not run")
 NEEDED = {"hostlist": "python-hostlist", "psutil": "psutil", "platformdirs": "platformdirs"}  # the local Slurm's
 
 
 @dataclass
 class Step:
     name: str
-    state: str  # ok, failed, timeout, skipped
+    state: str  # ok, skipped (not installed here), and the failures: failed, timeout, not run (the budget spent)
     seconds: float
     note: str = ""
     output: str = ""
@@ -69,9 +70,9 @@ class Runner:
     def run(self, name: str, argv: list[str], timeout_s: float, cwd: Path = ROOT) -> Step:
         left = self.deadline - time.monotonic()
         if left < 5:
-            return self.add(Step(name, "skipped", 0.0, f"over the {BUDGET_S} s budget"))
+            return self.add(Step(name, "not run", 0.0, f"the {BUDGET_S} s budget was spent"))
         limit, start = min(timeout_s, left), time.monotonic()
-        print(f"== {name}", flush=True)
+        print(f"== {name} ...", flush=True)
         # its own process group: on a timeout its children (kernels, srun) go with it
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                                 env=self.env, start_new_session=True)
@@ -90,7 +91,7 @@ class Runner:
 
     def add(self, step: Step) -> Step:
         self.steps.append(step)
-        print(f"   {step.state} in {step.seconds:.0f} s {step.note}", flush=True)
+        print(f"== {step.name}: {step.state} in {step.seconds:.0f} s {step.note}".rstrip(), flush=True)
         return step
 
 
@@ -162,7 +163,7 @@ def report(machine: dict[str, str], steps: list[Step], lesson7: str, lesson6: st
     """The whole report, as Markdown."""
     table = markdown_table(["step", "state", "seconds", "note"],
                            [[s.name, s.state, f"{s.seconds:.0f}", s.note] for s in steps])
-    failed = [s.name for s in steps if s.state in ("failed", "timeout")]
+    failed = [s.name for s in steps if s.state in FAILURES]
     return "\n\n".join([
         f"# GPU check, {time.strftime('%Y-%m-%d %H:%M %Z')}",
         "\n".join(f"- {key}: {value}" for key, value in machine.items()),
@@ -243,7 +244,7 @@ def main() -> int:
     REPORT.write_text(report(machine, runner.steps, lesson7_table(lesson7.output), lesson6_verdicts(lesson6_dir)))
     (REPORT.parent / "gpu-steps.log").write_text("".join(f"=== {s.name}: {s.state}\n{s.output}\n" for s in runner.steps))
     print(f"make test-gpu: wrote {REPORT.relative_to(ROOT)}")
-    return 1 if any(s.state in ("failed", "timeout") for s in runner.steps) else 0
+    return 1 if any(s.state in FAILURES for s in runner.steps) else 0
 
 
 def write_cells(notebook: Path, folder: Path) -> list[str]:
