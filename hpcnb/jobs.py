@@ -444,12 +444,13 @@ class Efficiency:
         ]
         if self.hit_memory_limit:
             lines.append("  (stopped at its memory limit: it needed more than it asked for)")
-        if self.gpus:
-            lines += self._gpu_lines()
+        lines += self.gpu_lines()
         return "\n".join(lines)
 
-    def _gpu_lines(self) -> list[str]:
-        """What the GPUs did, or what would be read and why it is not there."""
+    def gpu_lines(self) -> list[str]:
+        """What the job's GPUs did, or what would be read and why it is not there (none without GPUs)."""
+        if not self.gpus:
+            return []
         if self.gpu_util is None:
             return [f"GPUs: {self.gpus}, utilisation and memory not recorded: sacct's TRESUsageInAve has no "
                     "gres/gpuutil (Slurm records it with AccountingStorageTRES=gres/gpumem,gres/gpuutil, read "
