@@ -24,7 +24,8 @@ def _path_without_nvidia_smi() -> str:
 
 @pytest.mark.parametrize("gpu_python", [sys.executable, "python3"])
 def test_make_test_gpu_without_a_gpu_says_so_and_runs_nothing(gpu_python: str) -> None:
-    env = {**os.environ, "PATH": _path_without_nvidia_smi(), "GPU_PYTHON": gpu_python}
+    # CUDA_VISIBLE_DEVICES="": torch sees no GPU even on a GPU node, where make test must not start the check
+    env = {**os.environ, "PATH": _path_without_nvidia_smi(), "GPU_PYTHON": gpu_python, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "test-gpu"], capture_output=True,
                           text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
@@ -38,7 +39,7 @@ def test_a_gpu_that_torch_cannot_use_is_an_error(tmp_path: Path) -> None:
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 143771 MiB, 580.159.04'\n")
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-m", "hpcnb.course.gpucheck"], capture_output=True, text=True,
                           timeout=120, env=env, cwd=ROOT)
     assert done.returncode == 1
