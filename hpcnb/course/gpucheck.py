@@ -190,9 +190,8 @@ def job_step(runner: Runner, name: str, command: str, work: Path, cpus: int = 2,
     return step
 
 
-def main() -> int:
-    cards, why_no_card = gpu_cards()
-    cuda, torch_text = torch_cuda()
+def refusal(cards: list[str], why_no_card: str, cuda: bool, torch_text: str) -> int | None:
+    """None where the check can run; else say why not and give the exit code (0: no GPU here)."""
     if not cuda:
         torch_says = torch_text if torch_text.startswith("no torch") else f"{torch_text}: torch.cuda.is_available() is False"
         if not cards:
@@ -206,44 +205,63 @@ def main() -> int:
         print(f"make test-gpu: error: {sys.executable} lacks {', '.join(missing)} (the local Slurm needs them): "
               f"{sys.executable} -m pip install --user {' '.join(missing)} nvidia-ml-py", file=sys.stderr)
         return 1
-    state = Path(tempfile.mkdtemp(prefix="hpcnb-gpu-state-"))
-    work = Path(tempfile.mkdtemp(prefix="hpcnb-gpu-jobs-"))
+    return None
+
+
+def local_slurm_env() -> dict[str, str]:
+    """The environment of every step: a private local Slurm first on PATH, this copy of hpcnb importable."""
     bin_dir = subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm-path"], capture_output=True, text=True,
                              check=True, timeout=60).stdout.strip()
-    env = {**os.environ, "HPCNB_STATE_DIR": str(state), "HPCNB_SLURM": "local", "PYTHONUNBUFFERED": "1",
-           "MPLBACKEND": "Agg", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    runner = Runner(env)
+    return {**os.environ, "HPCNB_STATE_DIR": tempfile.mkdtemp(prefix="hpcnb-gpu-state-"), "HPCNB_SLURM": "local",
+            "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def run_steps(runner: Runner, work: Path) -> tuple[Step, Path]:
+    """Every step, in order of importance (the budget may not reach the last); lesson 7's step and
+    lesson 6's folder."""
+    runner.run("CUDA-only unit tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                                        *UNIT_TESTS], 150)
+    lesson7 = runner.run("lesson 7: python -m hpcnb.lessons.precision",
+                         [sys.executable, "-m", "hpcnb.lessons.precision"], 100)
+    for name, before, args in JOBS:
+        if name == "l10-horovod" and importlib.util.find_spec("horovod") is None:
+            runner.add(Step(name, "skipped", 0.0, "Horovod is not installed for this Python (ci/build-horovod.sh)"))
+        else:
+            job_step(runner, name, f"srun --kill-on-bad-exit=1 {before}{sys.executable} -m {args}", work)
+    lesson6 = work / "lesson6"
+    lesson6.mkdir()
+    write_cells(ROOT / LESSON6, lesson6)
+    job_step(runner, "l06-tune", f"srun {sys.executable} tune.py", lesson6, timeout_s=240)
+    if importlib.util.find_spec("nbval") is None:
+        runner.add(Step("lessons 6 and 7 under nbval", "skipped", 0.0, "no nbval: not the course's venv"))
+    else:
+        runner.run("lessons 6 and 7 under nbval", [
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-sanitize-with",
+            "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300", LESSON6, LESSON7], 300)
+    return lesson7, lesson6
+
+
+def main() -> int:
+    cards, why_no_card = gpu_cards()
+    cuda, torch_text = torch_cuda()
+    code = refusal(cards, why_no_card, cuda, torch_text)
+    if code is not None:
+        return code
+    runner, work = Runner(local_slurm_env()), Path(tempfile.mkdtemp(prefix="hpcnb-gpu-jobs-"))
     nvml = "nvidia-ml-py installed" if importlib.util.find_spec("pynvml") else "no nvidia-ml-py: sacct shows no GPU use"
     machine = {"card (name, memory, driver)": "; ".join(cards) or "nvidia-smi: " + why_no_card, "torch": torch_text,
                "python": sys.executable, "CPUs": str(os.cpu_count()), "NVML (gres/gpuutil in sacct)": nvml,
-               "budget": f"{BUDGET_S} s"}
+               "budget": f"{BUDGET_S} s", "job outputs": str(work)}
     try:
-        runner.run("CUDA-only unit tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                                            *UNIT_TESTS], 150)
-        lesson7 = runner.run("lesson 7: python -m hpcnb.lessons.precision", [sys.executable, "-m",
-                                                                              "hpcnb.lessons.precision"], 100)
-        for name, before, args in JOBS:
-            if name == "l10-horovod" and importlib.util.find_spec("horovod") is None:
-                runner.add(Step(name, "skipped", 0.0, "Horovod is not installed for this Python (ci/build-horovod.sh)"))
-                continue
-            job_step(runner, name, f"srun --kill-on-bad-exit=1 {before}{sys.executable} -m {args}", work)
-        lesson6_dir = work / "lesson6"
-        lesson6_dir.mkdir()
-        write_cells(ROOT / LESSON6, lesson6_dir)
-        job_step(runner, "l06-tune", f"srun {sys.executable} tune.py", lesson6_dir, timeout_s=240)
-        if importlib.util.find_spec("nbval") is None:
-            runner.add(Step("lessons 6 and 7 under nbval", "skipped", 0.0, "no nbval: not the course's venv"))
-        else:
-            runner.run("lessons 6 and 7 under nbval", [
-                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-sanitize-with",
-                "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300", LESSON6, LESSON7], 300)
+        lesson7, lesson6 = run_steps(runner, work)
     finally:
-        subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], capture_output=True, env=env, timeout=60)
+        subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], capture_output=True, env=runner.env,
+                       timeout=60)
     REPORT.parent.mkdir(exist_ok=True)
-    REPORT.write_text(report(machine, runner.steps, lesson7_table(lesson7.output), lesson6_verdicts(lesson6_dir)))
+    REPORT.write_text(report(machine, runner.steps, lesson7_table(lesson7.output), lesson6_verdicts(lesson6)))
     (REPORT.parent / "gpu-steps.log").write_text("".join(f"=== {s.name}: {s.state}\n{s.output}\n" for s in runner.steps))
-    print(f"make test-gpu: wrote {REPORT.relative_to(ROOT)}")
+    print(f"make test-gpu: wrote {REPORT.relative_to(ROOT)} (each step's output: gpu-steps.log beside it)")
     return 1 if any(s.state in FAILURES for s in runner.steps) else 0
 
 
