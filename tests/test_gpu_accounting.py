@@ -103,3 +103,21 @@ def test_a_gpu_jobs_step_is_accounted_from_nvml(tmp_path: Path, monkeypatch: pyt
         assert "GPU utilisation (mean): 37%" in str(summary)
     finally:
         run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"])
+
+
+def test_a_state_file_from_before_gpu_accounting_gains_the_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    from hpcnb.localslurm import db
+
+    path = tmp_path / "slurm.db"
+    db.connect(path).close()
+    old = sqlite3.connect(path)
+    for column in ("gpu_util_ave", "gpu_util_max", "gpu_mem_ave", "gpu_mem_max"):
+        old.execute(f"ALTER TABLE steps DROP COLUMN {column}")
+    old.commit()
+    old.close()
+    conn = db.connect(path)
+    assert {"gpu_util_ave", "gpu_util_max", "gpu_mem_ave", "gpu_mem_max"} <= {
+        r[1] for r in conn.execute("PRAGMA table_info(steps)")}
+    conn.close()
