@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcnb import poller
-from hpcnb.slurm.gpus import parse_gpu_usage
+from hpcnb.slurm.gpus import parse_gpu_usage, parse_tres
 from hpcnb.slurm.options import check_text, keyword_option, suggest
 from hpcnb.slurm.sizes import format_rounded_size, parse_printed_size
 from hpcnb.slurm.states import FINAL, base_state as _base_state
@@ -377,8 +377,9 @@ class Efficiency:
         rows = [line.split("|") for line in text.splitlines() if line.strip()]
         if not rows:
             raise JobNotFound("sacct has no such job (not yet recorded, or older than its window)")
-        if any(len(r) != _EFFICIENCY_COLUMNS for r in rows):
-            raise SlurmError(f"sacct printed an unexpected line: {next(r for r in rows if len(r) != _EFFICIENCY_COLUMNS)!r}")
+        odd = [r for r in rows if len(r) != _EFFICIENCY_COLUMNS]
+        if odd:
+            raise SlurmError(f"sacct printed an unexpected line: {odd[0]!r}")
         jobs = [r for r in rows if "." not in r[0]]
         if len(jobs) != 1:
             raise ValueError(f"sacct has {len(jobs)} job lines ({', '.join(r[0] for r in jobs) or 'none'}): "
@@ -387,7 +388,7 @@ class Efficiency:
         peaks = [size for r in rows if (size := parse_size(r[8])) is not None]
         utils = [util for r in rows if (util := parse_gpu_usage(r[10])[1]) is not None]
         gpu_mems = [mem for r in rows if (mem := parse_gpu_usage(r[11])[0]) is not None]
-        gpus = dict(kv.split("=", 1) for kv in alloc.split(",") if "=" in kv).get("gres/gpu", "0")
+        gpus = parse_tres(alloc).get("gres/gpu", "0")
         return cls(job_id, _base_state(state), code, parse_elapsed(elapsed), int(nnodes or 0), int(ncpus or 0),
                    parse_printed_seconds(total_cpu), parse_size(req_mem), max(peaks) if peaks else None,
                    int(gpus) if gpus.isdigit() else 0, max(utils) if utils else None, max(gpu_mems) if gpu_mems else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .sizes import format_size, parse_printed_size
 
-__all__ = ["NotAGpu", "format_gpu_usage", "parse_gpu_usage", "parse_gpus"]
+__all__ = ["NotAGpu", "format_gpu_usage", "parse_gpu_usage", "parse_gpus", "parse_tres"]
 
 
 class NotAGpu(ValueError):
@@ -39,6 +39,11 @@ def format_gpu_usage(mem_bytes: int, util_percent: float) -> str:
 def parse_gpu_usage(tres: str) -> tuple[int | None, float | None]:
     """(memory in bytes, utilisation in %) from a TRES usage string (``cpu=00:00:02,gres/gpumem=1340M,
     gres/gpuutil=87,mem=952K``); None for each that it does not name."""
-    fields = dict(item.split("=", 1) for item in tres.split(",") if "=" in item)
+    fields = parse_tres(tres)
     util = fields.get("gres/gpuutil", "")
     return parse_printed_size(fields.get("gres/gpumem", "")), float(util) if util.replace(".", "", 1).isdigit() else None
+
+
+def parse_tres(tres: str) -> dict[str, str]:
+    """A TRES string (``billing=2,cpu=2,gres/gpu=1,mem=6G,node=1``) as a dict of its fields."""
+    return dict(item.split("=", 1) for item in tres.split(",") if "=" in item)
