@@ -6,7 +6,7 @@
 # Other targets: setup, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
-#                "A portal for a workshop"), clean.
+#                "A portal for a workshop"), test-gpu (on a GPU node: test-artifacts/gpu-report.md), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index: https://download.pytorch.org/whl/cpu
 #            for the CPU build of torch; on Linux PyPI's is the CUDA build, several GB).
@@ -27,7 +27,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal \
+.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
@@ -105,6 +105,13 @@ endef
 test: setup
 	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
 	$(nbval-lessons)
+
+# make test-gpu: on a machine with a CUDA GPU (the site's GPU node, before a workshop), the course's GPU
+# paths in <= 6 min: CUDA-only tests, every job script with --gres=gpu:1, lessons 6 and 7; writes
+# test-artifacts/gpu-report.md. Without a GPU it says so and exits 0. No setup: GPU_PYTHON=... runs it with
+# a site's torch (else the venv's, else python3).
+test-gpu:
+	@VENV=$(VENV) bash ci/test-gpu.sh
 
 # make test-lessons: the lessons alone, as make test runs them, on a fresh local Slurm; with
 # HPCNB_SLURM_VERSION=22.05 it behaves as that release instead of the profile's (24.11).

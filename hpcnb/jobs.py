@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcnb import poller
+from hpcnb.slurm.gpus import parse_gpu_usage, parse_tres
 from hpcnb.slurm.options import check_text, keyword_option, suggest
 from hpcnb.slurm.sizes import format_rounded_size, parse_printed_size
 from hpcnb.slurm.states import FINAL, base_state as _base_state
@@ -56,7 +57,8 @@ __all__ = [
 #: Slurm's terminal job states (``CANCELLED by 1000`` counts as CANCELLED).
 FINISHED_STATES = FINAL
 ACCOUNTING_FORMAT = "JobID,JobName,State,ExitCode,Elapsed,MaxRSS,NNodes,NCPUS,Start,End,AllocTRES"
-EFFICIENCY_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NCPUS,TotalCPU,ReqMem,MaxRSS"
+EFFICIENCY_FORMAT = "JobID,State,ExitCode,Elapsed,NNodes,NCPUS,TotalCPU,ReqMem,MaxRSS,AllocTRES,TRESUsageInAve,TRESUsageInMax"
+_EFFICIENCY_COLUMNS = EFFICIENCY_FORMAT.count(",") + 1
 COMMAND_TIMEOUT_S = 60.0
 ACCOUNTING_LAG_S = 30.0  # how long a finished job's wait gives a real slurmdbd to record its end
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
@@ -337,7 +339,7 @@ class AccountingRow:
 def _accounted_whole(text: str) -> bool:
     """Do these sacct lines (:data:`EFFICIENCY_FORMAT`: the job, then its steps) show a running job,
     or a finished one that slurmdbd has recorded whole: its request (ReqMem) and every step's end?"""
-    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 8]
+    rows = [line.split("|") for line in text.splitlines() if line.count("|") == _EFFICIENCY_COLUMNS - 1]
     if not rows or _base_state(rows[0][1]) not in FINISHED_STATES:
         return True
     return parse_size(rows[0][7]) is not None and all(_base_state(r[1]) in FINISHED_STATES for r in rows)
@@ -350,7 +352,10 @@ class Efficiency:
     ``peak_rss`` is the largest MaxRSS of its steps (the peak of one task; sacct has none while a
     step runs, nor where the site gathers no accounting); ``req_mem`` is ReqMem, the whole job's
     request; ``total_cpu`` is TotalCPU (user + system seconds of every step; None where sacct
-    leaves it empty). Sizes are bytes, times seconds.
+    leaves it empty). ``gpus`` is the job's GPU count (AllocTRES); ``gpu_util`` the highest mean
+    utilisation (%) and ``gpu_mem`` the highest peak GPU memory of its steps (TRESUsageInAve's
+    ``gres/gpuutil``, TRESUsageInMax's ``gres/gpumem``; None where the site records neither, or
+    no GPU could be read). Sizes are bytes, times seconds.
     """
 
     job_id: str
@@ -362,6 +367,9 @@ class Efficiency:
     total_cpu: float | None
     req_mem: int | None
     peak_rss: int | None
+    gpus: int = 0
+    gpu_util: float | None = None
+    gpu_mem: int | None = None
 
     @classmethod
     def from_sacct(cls, text: str) -> Efficiency:
@@ -369,16 +377,21 @@ class Efficiency:
         rows = [line.split("|") for line in text.splitlines() if line.strip()]
         if not rows:
             raise JobNotFound("sacct has no such job (not yet recorded, or older than its window)")
-        if any(len(r) != 9 for r in rows):
-            raise SlurmError(f"sacct printed an unexpected line: {next(r for r in rows if len(r) != 9)!r}")
+        odd = [r for r in rows if len(r) != _EFFICIENCY_COLUMNS]
+        if odd:
+            raise SlurmError(f"sacct printed an unexpected line: {odd[0]!r}")
         jobs = [r for r in rows if "." not in r[0]]
         if len(jobs) != 1:
             raise ValueError(f"sacct has {len(jobs)} job lines ({', '.join(r[0] for r in jobs) or 'none'}): "
                              "a summary is of one job (for an array, one per task: job.array_tasks())")
-        job_id, state, code, elapsed, nnodes, ncpus, total_cpu, req_mem, _ = jobs[0]
+        job_id, state, code, elapsed, nnodes, ncpus, total_cpu, req_mem, _, alloc, _, _ = jobs[0]
         peaks = [size for r in rows if (size := parse_size(r[8])) is not None]
+        utils = [util for r in rows if (util := parse_gpu_usage(r[10])[1]) is not None]
+        gpu_mems = [mem for r in rows if (mem := parse_gpu_usage(r[11])[0]) is not None]
+        gpus = parse_tres(alloc).get("gres/gpu", "0")
         return cls(job_id, _base_state(state), code, parse_elapsed(elapsed), int(nnodes or 0), int(ncpus or 0),
-                   parse_printed_seconds(total_cpu), parse_size(req_mem), max(peaks) if peaks else None)
+                   parse_printed_seconds(total_cpu), parse_size(req_mem), max(peaks) if peaks else None,
+                   int(gpus) if gpus.isdigit() else 0, max(utils) if utils else None, max(gpu_mems) if gpu_mems else None)
 
     @property
     def req_mem_per_node(self) -> int | None:
@@ -432,7 +445,19 @@ class Efficiency:
         ]
         if self.hit_memory_limit:
             lines.append("  (stopped at its memory limit: it needed more than it asked for)")
+        lines += self.gpu_lines()
         return "\n".join(lines)
+
+    def gpu_lines(self) -> list[str]:
+        """What the job's GPUs did, or what would be read and why it is not there (none without GPUs)."""
+        if not self.gpus:
+            return []
+        if self.gpu_util is None:
+            return [f"GPUs: {self.gpus}, utilisation and memory not recorded: sacct's TRESUsageInAve has no "
+                    "gres/gpuutil (Slurm records it with AccountingStorageTRES=gres/gpumem,gres/gpuutil, read "
+                    "from NVML where a GPU is visible; none on a CPU machine)"]
+        return [f"GPUs: {self.gpus}", f"GPU utilisation (mean): {self.gpu_util:.0f}%",
+                "GPU memory (peak): " + ("not recorded" if self.gpu_mem is None else format_rounded_size(self.gpu_mem))]
 
 
 @dataclass(frozen=True)

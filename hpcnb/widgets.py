@@ -169,6 +169,8 @@ class JobWidget:
         self.output = w.HTML(self._pre(""))
         self.output.add_class("hpcnb-job-tail")
         self.message = w.HTML("")
+        self.gpus_label = w.HTML("")  # once the job has ended: what its GPUs did (Job.efficiency)
+        self.gpus_label.add_class("hpcnb-job-gpus")
         self.cancel_button = w.Button(description="Cancel", button_style="danger", icon="stop",
                                       tooltip=f"scancel {self.job.id}", layout=w.Layout(width="110px"))
         self.cancel_button.add_class("hpcnb-job-cancel")
@@ -177,7 +179,7 @@ class JobWidget:
                         layout=w.Layout(align_items="center"))
         times = w.HBox([self.progress, self.time_label, self.nodes_label],
                        layout=w.Layout(align_items="center"))
-        self.widget = w.VBox([header, times, self.output, self.message],
+        self.widget = w.VBox([header, times, self.output, self.gpus_label, self.message],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px", max_width="900px"))
         self.widget.add_class("hpcnb-job-widget")
         if autostart:
@@ -239,7 +241,18 @@ class JobWidget:
         self._failures = 0
         self._apply(answer.value, _tail(self.job, answer.value, self.tail_lines))
         if answer.value.done:
+            self._show_gpus()
             self.stop()
+
+    def _show_gpus(self) -> None:
+        """What the ended job's GPUs did (sacct's gres/gpuutil, gres/gpumem), or why that is unknown."""
+        if self.snapshot is None or self.snapshot.is_array:
+            return
+        try:
+            lines = self.job.efficiency(settle=0).gpu_lines()
+        except (SlurmError, ValueError):
+            return  # no accounting for it: the state above says what is known
+        self.gpus_label.value = "<br>".join(html.escape(line) for line in lines)
 
     def _show_error(self, err: BaseException) -> None:
         self._failures += 1

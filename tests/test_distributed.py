@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,61 @@ print("never")
     done = subprocess.run([sys.executable, "-c", code, str(port)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert done.stdout == "written before leaving"
+
+
+UNRESOLVABLE = "hpcnb-no-such-node.invalid"  # .invalid never resolves (RFC 2606)
+RENDEZVOUS_CALLS = {"init_process_group", "Trainer"}  # torch.distributed's, Lightning's (in fit)
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py") if p.name != "__init__.py"))
+def test_every_rendezvous_checks_the_name_first_and_binds_the_gpu(script: str) -> None:
+    """A name c10d cannot resolve fails at once (check_resolves, itself or through the helper),
+    and every init_process_group of torch gets the GPU as device_id (NCCL warns and guesses without)."""
+    tree = ast.parse((SCRIPTS / script).read_text())
+    calls = _calls(tree)
+    if not calls & RENDEZVOUS_CALLS:
+        return
+    helper = {"init_process_group"} == calls & RENDEZVOUS_CALLS and not any(
+        isinstance(n, ast.Attribute) and n.attr == "init_process_group" for n in ast.walk(tree))
+    assert helper or "check_resolves" in calls, "check that the first node resolves before the rendezvous"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "init_process_group":
+            assert "device_id" in {k.arg for k in node.keywords}, "init_process_group(..., device_id=device_id_for(device))"
+
+
+@pytest.mark.parametrize(("visible", "device_id"), [(1, torch.device("cuda", 0)), (0, None)])
+def test_the_helper_passes_the_gpu_as_device_id(monkeypatch, visible, device_id) -> None:
+    FakeCuda(visible).install(monkeypatch)
+    seen: dict = {}
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kw: seen.update(kw, backend=backend))
+    monkeypatch.setattr(distributed, "first_host", lambda nodelist: "localhost")
+    for name, value in dict(SLURM_PROCID="0", SLURM_JOB_ID="7", SLURM_JOB_NODELIST="node1", SLURM_NTASKS="1").items():
+        monkeypatch.setenv(name, value)
+    distributed.init_process_group()
+    assert seen["device_id"] == device_id
+    assert seen["backend"] == ("nccl" if visible else "gloo")
+
+
+def test_the_helper_fails_at_once_where_the_first_node_does_not_resolve(monkeypatch) -> None:
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: pytest.fail("rendezvous began"))
+    monkeypatch.setattr(distributed, "first_host", lambda nodelist: UNRESOLVABLE)
+    for name, value in dict(SLURM_PROCID="0", SLURM_JOB_ID="7", SLURM_JOB_NODELIST="node1").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(distributed.SlurmContextError, match=f"'{UNRESOLVABLE}' does not resolve.*hpcnb check-names"):
+        distributed.init_process_group()
+
+
+@pytest.mark.parametrize(("script", "env"), [
+    ("ddp_train", {"MASTER_ADDR": UNRESOLVABLE, "MASTER_PORT": "16007"}),
+    ("lightning_train", {"SLURM_NODELIST": UNRESOLVABLE, "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "1"}),
+])
+def test_scripts_that_hung_on_an_unresolvable_node_now_fail_with_the_message(tmp_path: Path, script, env) -> None:
+    """On the H200 (2026-11-27) these two sat in c10d's name-lookup retries until their timeout;
+    the other scripts failed at once. Now every one says what is wrong and what to run."""
+    slurm = dict(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NTASKS="1", SLURM_NNODES="1",
+                 SLURM_JOB_ID="7", SLURM_JOB_NODELIST=UNRESOLVABLE, CUDA_VISIBLE_DEVICES="")
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))} | slurm | env
+    done = subprocess.run([sys.executable, "-m", f"hpcnb.scripts.{script}", "--epochs", "1", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=100, env=run_env, cwd=tmp_path)
+    assert done.returncode != 0
+    assert f"the first node '{UNRESOLVABLE}' does not resolve; on the local Slurm run `hpcnb check-names`" in done.stderr

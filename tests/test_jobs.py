@@ -82,13 +82,13 @@ def test_format_size_uses_sacct_units(size: int, text: str) -> None:
 
 
 OOM_LINES = """\
-17|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120|100M|
-17.batch|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120||269312K
+17|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120|100M||||
+17.batch|OUT_OF_MEMORY|0:125|00:00:02|1|1|00:00.120||269312K|||
 """
 ROOMY_LINES = """\
-18|COMPLETED|0:0|00:00:05|1|2|00:01.000|1.50G|
-18.batch|COMPLETED|0:0|00:00:05|1|2|00:00.400||900M
-18.0|COMPLETED|0:0|00:00:04|1|2|00:00.600||1.25G
+18|COMPLETED|0:0|00:00:05|1|2|00:01.000|1.50G||||
+18.batch|COMPLETED|0:0|00:00:05|1|2|00:00.400||900M|||
+18.0|COMPLETED|0:0|00:00:04|1|2|00:00.600||1.25G|||
 """
 
 
@@ -105,7 +105,7 @@ def test_efficiency_from_sacct_lines_with_their_units_and_empty_fields() -> None
     assert roomy.suggest_mem() == "1536M"  # 1.25G x 1.2, in whole MiB
     assert roomy.suggest_mem(margin=0) == "1280M"
     # CANCELLED by <uid>, no TotalCPU, no MaxRSS (never ran): everything unknown says so
-    never = Efficiency.from_sacct("19|CANCELLED by 1000|0:0|00:00:00|1|1||500M|\n")
+    never = Efficiency.from_sacct("19|CANCELLED by 1000|0:0|00:00:00|1|1||500M||||\n")
     assert never.state == "CANCELLED" and never.total_cpu is None and never.peak_rss is None
     assert never.cpu_efficiency is None and never.mem_efficiency is None and not never.hit_memory_limit
     assert "CPU efficiency: n/a" in str(never) and "Memory utilized (peak): not recorded" in str(never)
@@ -119,14 +119,14 @@ def test_efficiency_waits_for_the_steps_of_a_finished_job(monkeypatch: pytest.Mo
     them, a bounded time."""
     import hpcnb.jobs as jobs
 
-    replies = iter(["18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M|\n18.batch|RUNNING|0:0|00:00:03|1|1|00:00:00||\n",
-                    "18|COMPLETED|0:0|00:00:03|1|1|00:01.000||\n18.batch|COMPLETED|0:0|00:00:03|1|1|00:01.000||300M\n",
-                    "18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M|\n18.batch|COMPLETED|0:0|00:00:03|1|1|00:01.000||300M\n"])
+    replies = iter(["18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M||||\n18.batch|RUNNING|0:0|00:00:03|1|1|00:00:00|||||\n",
+                    "18|COMPLETED|0:0|00:00:03|1|1|00:01.000|||||\n18.batch|COMPLETED|0:0|00:00:03|1|1|00:01.000||300M|||\n",
+                    "18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M||||\n18.batch|COMPLETED|0:0|00:00:03|1|1|00:01.000||300M|||\n"])
     monkeypatch.setattr(jobs, "_slurm", lambda args, **_: subprocess.CompletedProcess(args, 0, next(replies), ""))
     monkeypatch.setattr(jobs.time, "sleep", lambda _: None)
     summary = Job("18").efficiency()
     assert summary.peak_rss == 300 * 1024**2 and summary.req_mem == 500 * 1024**2
-    stuck = "18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M|\n18.batch|RUNNING|0:0|00:00:03|1|1|00:00:00||\n"
+    stuck = "18|COMPLETED|0:0|00:00:03|1|1|00:01.000|500M||||\n18.batch|RUNNING|0:0|00:00:03|1|1|00:00:00|||||\n"
     monkeypatch.setattr(jobs, "_slurm", lambda args, **_: subprocess.CompletedProcess(args, 0, stuck, ""))
     assert Job("18").efficiency(settle=0.2).peak_rss is None  # gives up: what sacct has
 
@@ -142,6 +142,26 @@ def test_efficiency_text_is_seff_like() -> None:
     assert "Memory efficiency: 263.0% of 100.0M per node" in oom and "stopped at its memory limit" in oom
 
 
+GPU_LINES = """\
+21|COMPLETED|0:0|00:01:40|1|2|00:50.000|6G||billing=2,cpu=2,gres/gpu=1,mem=6G,node=1||
+21.batch|COMPLETED|0:0|00:01:40|1|2|00:01.000||300M|cpu=2,gres/gpu=1,mem=6G,node=1||
+21.0|COMPLETED|0:0|00:01:39|1|2|00:49.000||2G|cpu=2,gres/gpu=1,mem=6G,node=1|gres/gpumem=1000M,gres/gpuutil=87|gres/gpumem=1340M,gres/gpuutil=99
+"""
+
+
+def test_efficiency_reads_the_gpus_use_or_says_why_it_is_not_there() -> None:
+    """sacct's gres/gpuutil (TRESUsageInAve) and gres/gpumem (TRESUsageInMax), as Slurm records them
+    with AccountingStorageTRES=gres/gpumem,gres/gpuutil."""
+    used = Efficiency.from_sacct(GPU_LINES)
+    assert (used.gpus, used.gpu_util, used.gpu_mem) == (1, 87.0, 1340 * 1024**2)
+    assert str(used).splitlines()[-3:] == ["GPUs: 1", "GPU utilisation (mean): 87%", "GPU memory (peak): 1.3G"]
+    unread = Efficiency.from_sacct(GPU_LINES.replace("gres/gpumem=1000M,gres/gpuutil=87|gres/gpumem=1340M,gres/gpuutil=99", "|"))
+    assert (unread.gpus, unread.gpu_util, unread.gpu_mem) == (1, None, None)
+    assert "not recorded: sacct's TRESUsageInAve has no gres/gpuutil" in str(unread)
+    assert "AccountingStorageTRES=gres/gpumem,gres/gpuutil" in str(unread)
+    assert "GPU" not in str(Efficiency.from_sacct(ROOMY_LINES))  # no GPU, no GPU lines
+
+
 def test_efficiency_refuses_what_it_cannot_summarise() -> None:
     oom = Efficiency.from_sacct(OOM_LINES)
     with pytest.raises(ValueError, match="stopped at its memory limit.*generous --mem"):
@@ -154,7 +174,7 @@ def test_efficiency_refuses_what_it_cannot_summarise() -> None:
     with pytest.raises(ValueError, match="margin"):
         Efficiency.from_sacct(ROOMY_LINES).suggest_mem(margin=-0.1)
     with pytest.raises(ValueError, match="2 job lines.*array_tasks"):
-        Efficiency.from_sacct("7_1|COMPLETED|0:0|00:00:01|1|1||500M|\n7_2|COMPLETED|0:0|00:00:01|1|1||500M|\n")
+        Efficiency.from_sacct("7_1|COMPLETED|0:0|00:00:01|1|1||500M||||\n7_2|COMPLETED|0:0|00:00:01|1|1||500M||||\n")
     with pytest.raises(JobNotFound):
         Efficiency.from_sacct("")
     with pytest.raises(SlurmError, match="unexpected line"):

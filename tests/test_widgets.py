@@ -61,6 +61,17 @@ def test_widget_reaches_completed(workdir: Path) -> None:
     assert repr(w) == f"<JobWidget job {job.id}: COMPLETED>"
 
 
+def test_widget_shows_what_a_gpu_jobs_gpus_did_or_why_it_cannot(workdir: Path) -> None:
+    """Here (no GPU, no NVML) it says what it would read and why that is not there; a job
+    without GPUs gets no GPU line."""
+    gpu_job = JobWidget(submit(wrap="true", time="0:30", gres="gpu:1"))
+    plain = JobWidget(submit(wrap="true", time="0:30"))
+    assert gpu_job.wait(WAIT) == "COMPLETED" and plain.wait(WAIT) == "COMPLETED"
+    assert gpu_job.gpus_label.value.startswith("GPUs: 1, utilisation and memory not recorded: sacct&#x27;s")
+    assert "AccountingStorageTRES=gres/gpumem,gres/gpuutil" in gpu_job.gpus_label.value
+    assert plain.gpus_label.value == ""
+
+
 def test_widget_shows_running_then_cancel_button_cancels(workdir: Path) -> None:
     job = submit(wrap="echo started; sleep 120", time="5:00")
     w = JobWidget(job, poll=0.2)

@@ -92,26 +92,39 @@ def synchronize(device: "torch.device") -> None:
         torch.cuda.synchronize(device)
 
 
+def device_id_for(device: "torch.device") -> "torch.device | None":
+    """``init_process_group``'s ``device_id``: this rank's GPU, or None on the CPU. Without it NCCL
+    guesses the GPU from the global rank ("This can cause a hang if rank to GPU mapping is
+    heterogeneous") and every ``barrier()`` warns."""
+    return device if device.type == "cuda" else None
+
+
+def check_resolves(host: str, port: int) -> None:
+    """Fail at once where the rendezvous host's name does not resolve: c10d would retry the lookup
+    until its timeout (minutes), printing only ``cannot be retrieved``. Call it before any rendezvous."""
+    try:
+        socket.getaddrinfo(host, port)
+    except OSError:
+        raise SlurmContextError(
+            f"the first node {host!r} does not resolve; on the local Slurm run `hpcnb check-names`"
+        ) from None
+
+
 def init_process_group(backend: str | None = None, timeout_s: float = 120) -> World:
-    """Set MASTER_ADDR/PORT, pick this rank's device (:func:`pick_device`), then
+    """Set MASTER_ADDR/PORT (checked to resolve), pick this rank's device (:func:`pick_device`), then
     ``torch.distributed.init_process_group`` with the backend for that device (NCCL on GPUs, else
-    gloo). ``timeout_s`` bounds every collective: a rank whose peer died fails instead of waiting
-    half an hour."""
+    gloo) and the GPU as ``device_id``. ``timeout_s`` bounds every collective: a rank whose peer
+    died fails instead of waiting half an hour."""
     import datetime
 
     import torch.distributed as dist
 
     world = slurm_world()
-    try:
-        socket.getaddrinfo(world.master_addr, world.master_port)
-    except OSError:
-        raise SlurmContextError(
-            f"the first node {world.master_addr!r} does not resolve; on the local Slurm run `hpcnb check-names`"
-        ) from None
+    check_resolves(world.master_addr, world.master_port)
     os.environ.update(MASTER_ADDR=world.master_addr, MASTER_PORT=str(world.master_port))
-    backend = backend or backend_for(pick_device(world.local_rank))
-    dist.init_process_group(backend, rank=world.rank, world_size=world.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    device = pick_device(world.local_rank)
+    dist.init_process_group(backend or backend_for(device), rank=world.rank, world_size=world.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id_for(device))
     return world
 
 

@@ -43,13 +43,16 @@ CREATE TABLE IF NOT EXISTS steps (
     exit_code INTEGER NOT NULL DEFAULT 0, exit_signal INTEGER NOT NULL DEFAULT 0,
     ntasks INTEGER NOT NULL, ncpus INTEGER NOT NULL, nodelist TEXT NOT NULL,
     max_rss INTEGER, pid INTEGER,
+    gpu_util_ave REAL, gpu_util_max REAL, gpu_mem_ave INTEGER, gpu_mem_max INTEGER,
     PRIMARY KEY (job_id, step)
 );
 """
 
 _SCHEMA_NAMES = re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", SCHEMA)
 #: columns added since a table was first made: a state file from an older version gets them on opening
-_ADDED_COLUMNS = {"jobs": {"total_cpu": "REAL"}}
+_ADDED_COLUMNS = {"jobs": {"total_cpu": "REAL"},
+                  "steps": {"gpu_util_ave": "REAL", "gpu_util_max": "REAL", "gpu_mem_ave": "INTEGER",
+                            "gpu_mem_max": "INTEGER"}}
 
 PENDING_STATES = ("PENDING",)
 ACTIVE_STATES = ("RUNNING", "COMPLETING", "SUSPENDED")

@@ -324,14 +324,26 @@ def rss_by_step_node(procs: Iterable[psutil.Process], batch_node: str) -> dict[t
     for parent, (rss, vms), proc in sampled.values():
         if parent in sampled and sampled[parent][1] == (rss, vms):
             continue
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        step = env.get("SLURM_STEP_ID")
-        key = (step, env.get("SLURMD_NODENAME", batch_node)) if step is not None else ("batch", batch_node)
-        usage[key] = usage.get(key, 0) + rss
+        key = step_and_node(proc, batch_node)
+        if key is not None:
+            usage[key] = usage.get(key, 0) + rss
     return usage
+
+
+def step_and_node(proc: psutil.Process, batch_node: str) -> tuple[str, str] | None:
+    """The (step, node) a process of the job belongs to (:func:`rss_by_step_node`); None if it is gone."""
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return None
+    step = env.get("SLURM_STEP_ID")
+    return (step, env.get("SLURMD_NODENAME", batch_node)) if step is not None else ("batch", batch_node)
+
+
+def step_by_pid(procs: Iterable[psutil.Process], batch_node: str) -> dict[int, str]:
+    """Each live process's step (``batch``, ``0``...), by pid: whose GPU memory NVML lists."""
+    found = {proc.pid: step_and_node(proc, batch_node) for proc in procs}
+    return {pid: key[0] for pid, key in found.items() if key is not None}
 
 
 def job_processes(job_id: int, state_dir: str) -> list[psutil.Process]:

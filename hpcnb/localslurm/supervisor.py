@@ -20,6 +20,7 @@ import hostlist
 
 from . import db, envvars, paths, procs, transitions
 from .cluster import Cluster, state_cluster
+from .gpuusage import GpuSampler, StepGpuUse
 from .wake import ensure_running, log, poke
 
 MEM_POLL_S = 0.25
@@ -125,6 +126,7 @@ class Supervisor:
         self.err_fd: int | None = None
         self.node = job["alloc"][0]["node"]
         self.max_rss = 0
+        self.gpu_use: dict[str, StepGpuUse] = {}  # by step, where NVML sees the job's GPUs
         self.db_inode = _inode(paths.db_path())
         # salloc's: a revoked allocation (scancel, time limit) ends its steps and is recorded at once,
         # while the command (on the login node) runs on; this is then told the outcome
@@ -186,6 +188,10 @@ class Supervisor:
         max_rss = 0
         verdict: Outcome | None = None
         next_poll = 0.0
+        gpu_ids = [gpu for part in job["alloc"] for gpu in part["gpus"]]
+        gpus, why = GpuSampler.open(gpu_ids)
+        if gpu_ids:
+            log(f"[{job['id']}.batch] GPU accounting: {why}")
         while any(status is None for status in self.mains.values()):
             now = time.time()
             if warn_at is not None and now >= warn_at:
@@ -198,7 +204,10 @@ class Supervisor:
                 continue
             if now >= next_poll and self.revoked is None:
                 next_poll = now + MEM_POLL_S
-                usage = procs.rss_by_step_node(procs.descendants(), self.node)
+                found = procs.descendants()
+                usage = procs.rss_by_step_node(found, self.node)
+                if gpus is not None:
+                    gpus.sample(procs.step_by_pid(found, self.node))
                 max_rss = max(max_rss, sum(usage.values()))
                 over = [(key, rss) for key, rss in usage.items() if rss > node_limit.get(key[1], 0)]
                 if over and verdict is None:
@@ -220,6 +229,9 @@ class Supervisor:
                 verdict = self._control()
         self._kill_all(None, grace=False)  # what the job left behind dies with it
         self.max_rss = max_rss
+        if gpus is not None:
+            gpus.close()
+            self.gpu_use = gpus.steps
         if verdict is not None:
             return verdict
         return outcome_of(list(self.mains.values()), self.cluster.since("24.11"))
@@ -246,6 +258,7 @@ class Supervisor:
         self._fresh()
         with db.transaction(self.conn):
             transitions.cancel_steps(self.conn, job["id"], now)
+            transitions.record_gpu_use(self.conn, job["id"], self.gpu_use)
             if outcome.step_state and job["kind"] == "batch":
                 transitions.end_batch_step(self.conn, job["id"], now, outcome.step_state, exit_code=outcome.step_code,
                                            exit_signal=outcome.step_signal, max_rss=self.max_rss)

@@ -13,11 +13,15 @@ functions return whether they changed the job.
     RUNNING  -> NODE_FAIL, CANCELLED             lost (its supervisor died, or gave up)
 
 Steps end with :func:`end_step`, :func:`end_batch_step`, :func:`cancel_steps`, or with their job
-(:func:`lost`).
+(:func:`lost`); their GPU use is recorded with the job's end (:func:`record_gpu_use`).
 """
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from .gpuusage import StepGpuUse
 
 
 def start(conn: sqlite3.Connection, job_id: int, now: float, alloc_json: str, nodelist: str) -> None:
@@ -100,6 +104,14 @@ def end_batch_step(conn: sqlite3.Connection, job_id: int, now: float, state: str
     conn.execute(
         "UPDATE steps SET state=?, end_time=?, exit_code=?, exit_signal=?, max_rss=? WHERE job_id=? AND step='batch'",
         (state, now, exit_code, exit_signal, max_rss, job_id),
+    )
+
+
+def record_gpu_use(conn: sqlite3.Connection, job_id: int, use: Mapping[str, StepGpuUse]) -> None:
+    """What each step used of its GPUs (sacct's gres/gpuutil and gres/gpumem), sampled by the supervisor."""
+    conn.executemany(
+        "UPDATE steps SET gpu_util_ave=?, gpu_util_max=?, gpu_mem_ave=?, gpu_mem_max=? WHERE job_id=? AND step=?",
+        [(u.util_ave, u.util_max, u.mem_ave, u.mem_max, job_id, step) for step, u in use.items()],
     )
 
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb.lessons import training
-from hpcnb.lessons.distributed import backend_for, leave, pick_device, synchronize
+from hpcnb.lessons.distributed import backend_for, check_resolves, device_id_for, leave, pick_device, synchronize
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -35,8 +35,12 @@ if "MASTER_PORT" not in os.environ:
     os.environ["MASTER_PORT"] = str(16000 + int(os.environ["SLURM_JOB_ID"]) % 16000)
 device = pick_device(local_rank)  # cuda:local_rank (of the GPUs this task sees) and set_device; else the CPU
 backend = backend_for(device)  # nccl for GPU tensors, gloo for CPU tensors
-# a collective that waits longer than the timeout fails: a dead peer never hangs the job
-dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120))
+# a name that does not resolve fails here, at once, not after c10d's retries
+check_resolves(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+# a collective that waits longer than the timeout fails: a dead peer never hangs the job;
+# device_id: NCCL binds to this rank's GPU instead of guessing it from the rank
+dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120),
+                        device_id=device_id_for(device))
 
 training.use_slurm_cpus()
 hosts = training.hosts_of_ranks()

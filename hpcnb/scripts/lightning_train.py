@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from hpcnb.lessons import training
-from hpcnb.lessons.distributed import leave
+from hpcnb.lessons.distributed import check_resolves, leave
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--nodes", type=int, default=int(os.environ.get("SLURM_NNODES", 1)))
@@ -128,6 +128,7 @@ print(f"process {os.environ.get('SLURM_PROCID', '?')} on {os.environ.get('SLURMD
       f"rank 0 at {env.main_address}:{env.main_port}", flush=True)
 if args.inspect:
     raise SystemExit(0)
+check_resolves(env.main_address, env.main_port)  # at once, not after c10d's retries in fit()
 
 pl.seed_everything(training.SEED, verbose=False)  # also the seed of the DistributedSampler Lightning adds
 data = training.make_dataset()

@@ -15,6 +15,7 @@ import time
 
 import hostlist
 
+from hpcnb.slurm.gpus import format_gpu_usage
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.states import CODES
 from hpcnb.slurm.times import format_cpu_time, format_elapsed
@@ -193,8 +194,18 @@ def step_row(job: dict, step: dict, base: dict[str, str], now: float, cluster) -
         layout="Unknown" if batch else ("Cyclic" if step["ntasks"] <= len(nodes) else "Block"),
         maxrss=format_size(step["max_rss"]) if step["max_rss"] else "", cluster=base["cluster"],
         cputime=format_elapsed(run * cpus), cputimeraw=str(int(run * cpus)), suspended="00:00:00",
+        **_gpu_usage(step),
     )
     return row
+
+
+def _gpu_usage(step: dict) -> dict[str, str]:
+    """TRESUsageInAve/Max's GPU part, where the supervisor sampled the step's GPUs with NVML (as a
+    Slurm with ``AccountingStorageTRES=gres/gpumem,gres/gpuutil``); otherwise nothing, as there."""
+    if step.get("gpu_util_ave") is None:
+        return {}
+    return {"tresusageinave": format_gpu_usage(step["gpu_mem_ave"], step["gpu_util_ave"]),
+            "tresusageinmax": format_gpu_usage(step["gpu_mem_max"], step["gpu_util_max"])}
 
 
 def main(argv: list[str]) -> int:
