@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _BASE = ROOT if (ROOT / "solutions").is_dir() else Path.cwd()
 SOLUTIONS_DIR = _BASE / "solutions"
 EXERCISES_DIR = _BASE / "exercises"
-DEFAULT_TIMEOUT = 60  # seconds per cell when autograding
+DEFAULT_TIMEOUT = 60  # seconds per cell when autograding, on the local Slurm
+REAL_SLURM_TIMEOUT = 600  # on a real one: a TIMEOUT takes 60-90 s there, a requeue hold 120 s
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -62,6 +63,7 @@ __all__ = [
     "autograde",
     "bundle_problems",
     "check",
+    "default_timeout",
     "generate",
     "main",
     "plant_wrong_answer",
@@ -69,6 +71,8 @@ __all__ = [
     "secret_regions",
 ]
 
+#: Folders under exercises/ that are no exercise: Jupyter's checkpoints, the files a run writes.
+_SKIPPED_DIRS = {".ipynb_checkpoints", "work"}
 _MARKER = re.compile(r"(BEGIN|END)\s+(SOLUTION|HIDDEN\s+TESTS)\b")
 _STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()", "YOUR ANSWER HERE"}
 
@@ -320,8 +324,8 @@ def _leaks(notebooks: dict[str, Path], exercises: Path) -> list[str]:
     if not exercises.is_dir():
         return problems
     for path in sorted(p for p in exercises.rglob("*") if p.is_file()):
-        if ".ipynb_checkpoints" in path.parts:
-            continue
+        if _SKIPPED_DIRS & set(path.relative_to(exercises).parts[:-1]):
+            continue  # Jupyter's checkpoints, and what running an exercise wrote (work/)
         rel = _show(path)
         try:
             raw = path.read_text(encoding="utf-8")
@@ -387,9 +391,11 @@ def check(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR) -> l
 
 # ------------------------------------------------------------------------------ release
 
-#: What students get of the course checkout (exercises/ is generated afresh from solutions/).
-BUNDLE = ("README.md", "Makefile", "pyproject.toml", "environment.yml", "ci/install-system-deps.sh",
-          "ci/build-horovod.sh", "hpcnb", "notebooks")
+#: What students get of the course checkout: its files as committed (exercises/ is generated afresh
+#: from solutions/; the README and Makefile are the students' kit's, KIT).
+BUNDLE = ("pyproject.toml", "environment.yml", "ci/install-system-deps.sh", "ci/build-horovod.sh", "hpcnb",
+          "notebooks")
+KIT = Path(__file__).with_name("kit")  # README.md, Makefile: what students read and run
 _NOT_BUNDLED = {"__pycache__", ".ipynb_checkpoints", "work", "solutions", "tests"}
 
 
@@ -405,17 +411,48 @@ def _bundle_files(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def _committed(root: Path, names: Iterable[str], into: Path) -> bool:
+    """Extract ``names`` of ``root``'s git HEAD into ``into`` (False: ``root`` is no git checkout)."""
+    import io
+    import tarfile
+
+    def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
+
+    top = git("rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(os.fsdecode(top.stdout.strip())).resolve() != root.resolve():
+        return False
+    listed = git("ls-tree", "-z", "--name-only", "HEAD", "--", *names).stdout.decode().split("\0")
+    archive = git("archive", "--format=tar", "HEAD", "--", *filter(None, listed))
+    if archive.returncode != 0:
+        raise GradingError(f"git archive HEAD failed in {root}: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return True
+
+
 def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, quiet: bool = False) -> list[str]:
-    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course without
-    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Nothing is
-    written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
-    out, root = Path(out), Path(root)
+    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course as committed
+    (a git checkout; else its files as they are, with a warning) without ``solutions/`` and tests,
+    exercises generated from the solutions, the students' kit's README and Makefile; returns its files.
+    Nothing is written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
+    out, root, solutions = Path(out), Path(root), Path(solutions)
+    shown = _show(solutions)
     if out.exists() and (out.is_file() or any(out.iterdir())):
         raise GradingError(f"{out} exists: give a new folder or archive name")
     with tempfile.TemporaryDirectory(prefix="hpcnb-release-") as tmp:
+        source = Path(tmp) / "committed"
+        if _committed(root, (*BUNDLE, "solutions"), source):
+            if solutions.resolve() == (root / "solutions").resolve():
+                solutions = source / "solutions"
+        else:
+            source = root
+            print(f"warning: {root} is not a git checkout: the bundle takes its files as they are "
+                  "(notebooks with their outputs)", file=sys.stderr)
         folder = Path(tmp) / out.name.removesuffix(".tar.gz")
-        for path in _bundle_files(root):
-            dest = folder / path.relative_to(root)
+        for path in [*_bundle_files(source), *sorted(KIT.iterdir())]:
+            dest = folder / (path.name if path.parent == KIT else path.relative_to(source))
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
         generate(solutions, folder / "exercises", quiet=True)
@@ -432,7 +469,7 @@ def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, q
         else:
             shutil.copytree(folder, out, dirs_exist_ok=True)
     if not quiet:
-        print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
+        print(f"wrote {out}: {len(files)} files, exercises/ from {shown}, no solutions")
     return files
 
 
@@ -521,6 +558,13 @@ class NotebookGrade:
     @property
     def timed_out_cells(self) -> list[str]:
         return [c.name for c in self.cells.values() if c.error == "CellTimeoutError"]
+
+
+def default_timeout() -> int:
+    """Seconds per cell: DEFAULT_TIMEOUT on the local Slurm, REAL_SLURM_TIMEOUT on a real one (slower)."""
+    from hpcnb.backend import which_slurm
+
+    return REAL_SLURM_TIMEOUT if which_slurm() == "real" else DEFAULT_TIMEOUT
 
 
 def _students(submissions: Path) -> list[Path]:
@@ -647,7 +691,7 @@ def autograde(
     out: Path,
     *,
     solutions: Path = SOLUTIONS_DIR,
-    timeout: int = DEFAULT_TIMEOUT,
+    timeout: int | None = None,
     notebook_timeout: float | None = None,
     notebooks: Iterable[str] | None = None,
     limits: Limits | None = None,
@@ -658,7 +702,7 @@ def autograde(
     ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status), ``cells.csv`` (one
     row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
     ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
-    (a cell over it is interrupted and scores 0); ``notebook_timeout``: seconds for one whole
+    (a cell over it is interrupted and scores 0; default: :func:`default_timeout`); ``notebook_timeout``: seconds for one whole
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
 
@@ -666,6 +710,7 @@ def autograde(
     :class:`~hpcnb.course.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
     """
     submissions, out = Path(submissions), Path(out)
+    timeout = timeout or default_timeout()
     if not submissions.is_dir():
         raise GradingError(f"{submissions}: no such folder (expected SUBMISSIONS/<student>/<notebook>.ipynb)")
     sources = solution_notebooks(solutions)
