@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hpcnb.course import sandbox
+from hpcnb.course import handout, sandbox
 from hpcnb.course.sandbox import Limits, SandboxError
 from hpcnb.slurm import sizes
 
@@ -883,35 +883,74 @@ def _limit(text: str) -> tuple[str, int]:
     return name, sizes.parse_bytes(value)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcnb.course.grading", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="write exercises/ (student versions) from solutions/")
-    chk = sub.add_parser("check", help="exit 1 unless exercises/ is up to date and holds no solution text")
+_VERBS_HELP = """\
+a class, in order: generate and check (exercises/ from solutions/), release (the students' kit),
+collect (each portal user's exercises/ into SUBMISSIONS/<user>/), autograde (grades, feedback),
+return (the feedback into each user's home). Exit codes: 0 done, 1 check found problems,
+2 usage or bad input."""
+
+
+def build_parser(prog: str = "python -m hpcnb.course.grading") -> argparse.ArgumentParser:
+    """The instructor's verbs (the internal per-notebook entry, ``_grade-one``, is not among them)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=_VERBS_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+
+    def verb(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary)
+
+    gen = verb("generate", "write exercises/ (student versions) from solutions/")
+    chk = verb("check", "exit 1 unless exercises/ is up to date and holds no solution text (work/ folders aside)")
     for p in (gen, chk):
         p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
         p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
-    bundle = sub.add_parser("release", help="write the student bundle: the course without solutions/ or tests")
+    bundle = verb("release", "write the students' kit from the committed course: no solutions/ or tests")
     bundle.add_argument("out", type=Path, help="a new folder, or a file name ending in .tar.gz")
     bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-    grade = sub.add_parser("autograde", help="grade SUBMISSIONS/<student>/<notebook>.ipynb")
+    users_help = "a count N (student1 .. studentN) or names, as PORTAL_USERS (default: $PORTAL_USERS, else 3)"
+    take = verb("collect", "copy each portal user's ~/COURSE/exercises/*.ipynb into SUBMISSIONS/<user>/")
+    take.add_argument("submissions", type=Path, help="where to put them (SUBMISSIONS/<user>/<notebook>.ipynb)")
+    back = verb("return", "copy FEEDBACK/<user>/*.html into each user's ~/COURSE/feedback/ (theirs, 0600)")
+    back.add_argument("feedback", type=Path, help="autograde's feedback folder (grades/feedback)")
+    for p in (take, back):
+        p.add_argument("--users", default=os.environ.get("PORTAL_USERS", "3"), help=users_help)
+        p.add_argument("--course-dir", default="hpcnb-course", metavar="COURSE",
+                       help="each user's course folder in their home (default hpcnb-course)")
+    grade = verb("autograde", "grade SUBMISSIONS/<student>/<notebook>.ipynb: grades.csv, cells.csv, feedback")
     grade.add_argument("submissions", type=Path)
     grade.add_argument("--out", type=Path, default=Path("grades"))
     grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-    grade.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default 60)")
+    grade.add_argument("--timeout", type=int, default=None,
+                       help=f"seconds per cell (default {DEFAULT_TIMEOUT} on the local Slurm, "
+                            f"{REAL_SLURM_TIMEOUT} on a real one)")
     grade.add_argument("--notebook-timeout", type=float, default=None,
                        help="seconds for one whole notebook (default: timeout x (code cells + 2) + 120)")
-    grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
+    grade.add_argument("--notebook", action="append", dest="notebooks", metavar="NAME",
+                       help="grade only this notebook, e.g. 03-first-batch-job-exercises (repeatable; "
+                            "default: every solution notebook)")
     grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
                        help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
                             "(repeatable; see hpcnb.course.sandbox.Limits)")
-    one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
+    return parser
+
+
+def _grade_one_main(argv: list[str]) -> int:
+    """The internal per-notebook grading process (``_grade-one``), started by :func:`autograde`."""
+    one = argparse.ArgumentParser(prog="python -m hpcnb.course.grading _grade-one")
     one.add_argument("course", type=Path)
     one.add_argument("assignment")
     one.add_argument("student")
     one.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
     one.add_argument("--limits", type=_limits_json, default=Limits())
-    args = parser.parse_args(argv)
+    args = one.parse_args(argv)
+    return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m hpcnb.course.grading") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_grade-one"]:
+        return _grade_one_main(argv[1:])
+    args = build_parser(prog).parse_args(argv)
     try:
         if args.command == "generate":
             generate(args.solutions, args.exercises)
@@ -922,7 +961,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{_show(args.exercises)} is not in order:", file=sys.stderr)
                 for problem in problems:
                     print(f"  - {problem}", file=sys.stderr)
-                print("Fix: python -m hpcnb.course.grading generate (and commit exercises/)", file=sys.stderr)
+                print(f"Fix: {prog} generate (and commit exercises/)", file=sys.stderr)
                 return 1
             count = len(solution_notebooks(args.solutions))
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
@@ -930,16 +969,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "release":
             release(args.out, solutions=args.solutions)
             return 0
-        if args.command == "autograde":
-            limits = replace(Limits(), **dict(args.limit)) if args.limit else None
-            grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
-                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
-            print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
-                  f"feedback in {args.out / 'feedback'}")
+        if args.command in ("collect", "return"):
+            users = handout.portal_users(args.users)
+            if args.command == "collect":
+                handout.collect(users, args.submissions, course_dir=args.course_dir)
+            else:
+                handout.return_feedback(args.feedback, users, course_dir=args.course_dir)
             return 0
-        return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
-    except GradingError as err:
-        print(f"hpcnb.course.grading: {err}", file=sys.stderr)
+        limits = replace(Limits(), **dict(args.limit)) if args.limit else None
+        grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
+                           notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
+        print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
+              f"feedback in {args.out / 'feedback'}")
+        return 0
+    except (GradingError, handout.HandoutError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
 
 
