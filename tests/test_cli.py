@@ -304,3 +304,19 @@ def test_lint_exit_codes(tmp_path):
     assert module.returncode == 1 and " SL101 " in module.stdout
     bare = subprocess.run([sys.executable, "-m", "hpcnb.lint"], capture_output=True, text=True, timeout=60)
     assert bare.returncode == 2 and bare.stderr.startswith("usage: hpcnb lint ")
+
+
+# ---------------------------------------------------------------------------- hpcnb grading
+
+def test_grading_verbs_have_help_and_no_internal_one():
+    done = hpcnb_cmd("grading", "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: hpcnb grading ")
+    for verb in ("generate", "check", "release", "collect", "autograde", "return"):
+        assert re.search(rf"^\s+{verb}\s", done.stdout, re.M), verb
+        shown = hpcnb_cmd("grading", verb, "--help")
+        assert shown.returncode == 0 and shown.stdout.startswith(f"usage: hpcnb grading {verb} "), verb
+    assert "_grade-one" not in done.stdout + done.stderr
+    assert "--notebook NAME" in hpcnb_cmd("grading", "autograde", "--help").stdout
+    assert "grading" in hpcnb_cmd("--help").stdout
+    done = hpcnb_cmd("grading", "no-such-verb")
+    assert done.returncode == 2 and "invalid choice: 'no-such-verb'" in done.stderr and "_grade-one" not in done.stderr
