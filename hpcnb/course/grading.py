@@ -1,12 +1,15 @@
 """Course tooling for instructors: student exercises from worked solutions, and autograding.
 
-Both go through nbgrader (its own preprocessors, in a throw-away course directory)::
+Both go through nbgrader (its own preprocessors, in a throw-away course directory); ``hpcnb grading``
+(or ``python -m hpcnb.course.grading``)::
 
-    python -m hpcnb.course.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
-    python -m hpcnb.course.grading check        # exercises/ up to date with solutions/, and nothing leaked
-    python -m hpcnb.course.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
-    python -m hpcnb.course.grading autograde SUBMISSIONS --out grades/
-                                         # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+    hpcnb grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
+    hpcnb grading check        # exercises/ up to date with solutions/, and nothing leaked
+    hpcnb grading release OUT  # the students' kit (folder or .tar.gz), from the committed course
+    hpcnb grading collect SUBMISSIONS   # each portal user's exercises (hpcnb.course.handout)
+    hpcnb grading autograde SUBMISSIONS --out grades/ [--notebook NAME]
+                               # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+    hpcnb grading return grades/feedback  # the feedback into each user's home
 
 ``generate`` copies only the solution notebooks into the temporary course (nbgrader would
 copy every other file of a source folder into the release), runs ``generate_assignment``
