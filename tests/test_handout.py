@@ -31,9 +31,10 @@ def test_portal_users() -> None:
 
 
 def test_unknown_user_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["grading", "collect", str(tmp_path / "subs"), "--users", "no-such-user-hpcnb"])
+    rc = cli.main(["grading", "collect", str(tmp_path / "subs"), "--users", "root no-such-user-hpcnb"])
     assert rc == 2
     assert "no such user: 'no-such-user-hpcnb'" in capsys.readouterr().err
+    assert not (tmp_path / "subs").exists()  # every name is checked before anything is done
     assert cli.main(["grading", "return", str(tmp_path / "nope"), "--users", "root"]) == 2
     assert "no such folder" in capsys.readouterr().err
 
@@ -110,7 +111,8 @@ def test_round_trip_with_two_portal_users(two_students: list[str], tmp_path: Pat
 
 
 @needs_root
-def test_return_follows_no_link(two_students: list[str], tmp_path: Path) -> None:
+def test_return_follows_no_link(two_students: list[str], tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
     """A student's feedback/ made a link to somewhere else: nothing is written there."""
     ana, _ = two_students
     home = Path(pwd.getpwnam(ana).pw_dir)
@@ -121,6 +123,8 @@ def test_return_follows_no_link(two_students: list[str], tmp_path: Path) -> None
     pages = tmp_path / "feedback" / ana
     pages.mkdir(parents=True)
     (pages / "x.html").write_text("<p>ok</p>")
-    with pytest.raises(handout.HandoutError, match="a folder, not a link, expected"):
-        handout.return_feedback(tmp_path / "feedback", [ana])
+    assert cli.main(["grading", "return", str(tmp_path / "feedback"), "--users", ana]) == 1
+    assert f"{ana}: feedback not returned: " in capsys.readouterr().out
+    outcome = handout.return_feedback(tmp_path / "feedback", [ana])
+    assert outcome.done == {} and "(a link or a file: a folder expected)" in outcome.failed[ana]
     assert not list(target.iterdir())

@@ -889,8 +889,8 @@ def _limit(text: str) -> tuple[str, int]:
 _VERBS_HELP = """\
 a class, in order: generate and check (exercises/ from solutions/), release (the students' kit),
 collect (each portal user's exercises/ into SUBMISSIONS/<user>/), autograde (grades, feedback),
-return (the feedback into each user's home). Exit codes: 0 done, 1 check found problems,
-2 usage or bad input."""
+return (the feedback into each user's home). Exit codes: 0 done, 1 check found problems or
+collect/return failed for a user (the others are done), 2 usage or bad input."""
 
 
 def build_parser(prog: str = "python -m hpcnb.course.grading") -> argparse.ArgumentParser:
@@ -975,10 +975,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m hpcnb.course.grad
         if args.command in ("collect", "return"):
             users = handout.portal_users(args.users)
             if args.command == "collect":
-                handout.collect(users, args.submissions, course_dir=args.course_dir)
+                outcome = handout.collect(users, args.submissions, course_dir=args.course_dir)
             else:
-                handout.return_feedback(args.feedback, users, course_dir=args.course_dir)
-            return 0
+                outcome = handout.return_feedback(args.feedback, users, course_dir=args.course_dir)
+            return 1 if outcome.failed else 0
         limits = replace(Limits(), **dict(args.limit)) if args.limit else None
         grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
                            notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)

@@ -11,18 +11,20 @@ collected, and feedback is written under a temporary name, then renamed, owned b
 """
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import shutil
 import stat
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 COURSE_DIR = "hpcnb-course"  # each portal user's copy of the course (ci/portal.sh)
 MAX_BYTES = 20 << 20  # a notebook larger than this is left where it is
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
-__all__ = ["COURSE_DIR", "MAX_BYTES", "HandoutError", "collect", "portal_users", "return_feedback"]
+__all__ = ["COURSE_DIR", "MAX_BYTES", "HandoutError", "Outcome", "collect", "portal_users", "return_feedback"]
 
 
 class HandoutError(RuntimeError):
@@ -62,8 +64,8 @@ def _open_dirs(top: str, parts: Iterable[str], *, create_as: pwd.struct_passwd |
             fd = inner
     except OSError as err:
         os.close(fd)
-        raise HandoutError(f"{os.path.join(top, *parts)}: {err.strerror or err} (a folder, not a link, expected)") \
-            from None
+        why = " (a link or a file: a folder expected)" if err.errno in (errno.ELOOP, errno.ENOTDIR) else ""
+        raise HandoutError(f"{os.path.join(top, *parts)}: {err.strerror or err}{why}") from None
     return fd
 
 
@@ -96,25 +98,43 @@ def _collect_one(user: pwd.struct_passwd, course_dir: str, into: Path) -> tuple[
     return copied, skipped
 
 
-def collect(users: Iterable[str], submissions: Path, *, course_dir: str = COURSE_DIR,
-            say: Callable[[str], None] = print) -> dict[str, list[str]]:
-    """Copy each user's ``~/<course_dir>/exercises/*.ipynb`` (regular files only) into
-    ``submissions/<user>/``; ``{user: names copied}``. A user without the folder is reported, not fatal."""
-    submissions = Path(submissions)
-    collected: dict[str, list[str]] = {}
-    for name in users:
-        user = _user(name)
+@dataclass
+class Outcome:
+    """What ``collect`` or ``return`` did: ``done`` {user: file names}, ``failed`` {user: why}."""
+
+    done: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def _each_user(names: Iterable[str], work: Callable[[pwd.struct_passwd], list[str]],
+               failure: str, say: Callable[[str], None]) -> Outcome:
+    """``work(user)`` for every user (all looked up first: a wrong name changes nothing); one
+    user's home that is not as expected is reported and the others go on."""
+    users = [_user(name) for name in names]
+    outcome = Outcome()
+    for user in users:
         try:
-            copied, skipped = _collect_one(user, course_dir, submissions / name)
-        except HandoutError as err:
-            say(f"{name}: nothing collected: {err}")
-            copied, skipped = [], []
+            outcome.done[user.pw_name] = work(user)
+        except (HandoutError, OSError) as err:
+            outcome.failed[user.pw_name] = str(err)
+            say(f"{user.pw_name}: {failure}: {err}")
+    return outcome
+
+
+def collect(users: Iterable[str], submissions: Path, *, course_dir: str = COURSE_DIR,
+            say: Callable[[str], None] = print) -> Outcome:
+    """Copy each user's ``~/<course_dir>/exercises/*.ipynb`` (regular files only) into
+    ``submissions/<user>/``."""
+    submissions = Path(submissions)
+
+    def take(user: pwd.struct_passwd) -> list[str]:
+        copied, skipped = _collect_one(user, course_dir, submissions / user.pw_name)
         for why in skipped:
-            say(f"{name}: skipped {why}")
-        if copied:
-            say(f"{name}: {len(copied)} notebook(s) -> {submissions / name}")
-        collected[name] = copied
-    return collected
+            say(f"{user.pw_name}: skipped {why}")
+        say(f"{user.pw_name}: {len(copied)} notebook(s) -> {submissions / user.pw_name}")
+        return copied
+
+    return _each_user(users, take, "nothing collected", say)
 
 
 def _write_owned(folder: int, name: str, data: bytes, owner: pwd.struct_passwd) -> None:
@@ -133,27 +153,26 @@ def _write_owned(folder: int, name: str, data: bytes, owner: pwd.struct_passwd) 
 
 
 def return_feedback(feedback: Path, users: Iterable[str] | None = None, *, course_dir: str = COURSE_DIR,
-                    say: Callable[[str], None] = print) -> dict[str, list[str]]:
+                    say: Callable[[str], None] = print) -> Outcome:
     """Copy ``feedback/<user>/*.html`` (autograde's) into each user's ``~/<course_dir>/feedback/``,
-    owned by the user (files 0600, the folder 0700); ``{user: names returned}``. ``users``: all of
-    ``feedback/``'s folders when None."""
+    owned by the user (files 0600, the folder 0700). ``users``: all of ``feedback/``'s folders when None."""
     feedback = Path(feedback)
     if not feedback.is_dir():
         raise HandoutError(f"{feedback}: no such folder (expected FEEDBACK/<user>/<notebook>.html)")
     names = sorted(p.name for p in feedback.iterdir() if p.is_dir()) if users is None else list(users)
-    returned: dict[str, list[str]] = {}
-    for name in names:
-        pages = sorted((feedback / name).glob("*.html"))
+
+    def give(user: pwd.struct_passwd) -> list[str]:
+        pages = sorted((feedback / user.pw_name).glob("*.html"))
         if not pages:
-            say(f"{name}: no feedback in {feedback / name}")
-            continue
-        user = _user(name)
+            say(f"{user.pw_name}: no feedback in {feedback / user.pw_name}")
+            return []
         folder = _open_dirs(user.pw_dir, [course_dir, "feedback"], create_as=user)
         try:
             for page in pages:
                 _write_owned(folder, page.name, page.read_bytes(), user)
         finally:
             os.close(folder)
-        returned[name] = [p.name for p in pages]
-        say(f"{name}: {len(pages)} feedback page(s) -> {os.path.join(user.pw_dir, course_dir, 'feedback')}")
-    return returned
+        say(f"{user.pw_name}: {len(pages)} feedback page(s) -> {os.path.join(user.pw_dir, course_dir, 'feedback')}")
+        return [page.name for page in pages]
+
+    return _each_user(names, give, "feedback not returned", say)
