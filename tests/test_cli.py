@@ -60,7 +60,7 @@ def test_console_script_is_the_same_command():
 def test_help_lists_every_command_and_verb():
     parser = cli.build_parser()
     commands = _commands(parser)
-    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint"}
+    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint", "grading"}
     verbs = _commands(commands["slurm"])
     assert set(verbs) == {"status", "stop", "reset", "recover", "preempt", "slow-node"}
 
