@@ -457,6 +457,10 @@ def test_autograde_timeout_follows_the_slurm(monkeypatch: pytest.MonkeyPatch) ->
     assert grading.default_timeout() == grading.DEFAULT_TIMEOUT == 60
     monkeypatch.setattr(backend, "which_slurm", lambda: "real")
     assert grading.default_timeout() == grading.REAL_SLURM_TIMEOUT >= 600
+    monkeypatch.undo()
+    monkeypatch.setenv("HPCNB_SLURM", "bogus")
+    with pytest.raises(grading.GradingError, match="HPCNB_SLURM='bogus'"):
+        grading.default_timeout()
 
 
 def _git(root: Path, *args: str) -> None:

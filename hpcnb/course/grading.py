@@ -567,7 +567,11 @@ def default_timeout() -> int:
     """Seconds per cell: DEFAULT_TIMEOUT on the local Slurm, REAL_SLURM_TIMEOUT on a real one (slower)."""
     from hpcnb.backend import which_slurm
 
-    return REAL_SLURM_TIMEOUT if which_slurm() == "real" else DEFAULT_TIMEOUT
+    try:
+        real = which_slurm() == "real"
+    except ValueError as err:  # a bad HPCNB_SLURM
+        raise GradingError(str(err)) from None
+    return REAL_SLURM_TIMEOUT if real else DEFAULT_TIMEOUT
 
 
 def _students(submissions: Path) -> list[Path]:
