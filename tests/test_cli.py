@@ -318,4 +318,3 @@ def test_lint_exit_codes(tmp_path):
     assert module.returncode == 1 and " SL101 " in module.stdout
     bare = subprocess.run([sys.executable, "-m", "hpcnb.lint"], capture_output=True, text=True, timeout=60)
     assert bare.returncode == 2 and bare.stderr.startswith("usage: hpcnb lint ")
-
