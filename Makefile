@@ -174,7 +174,7 @@ portal: setup
 # share it: flock /tmp/real-slurm.lock make test-portal). PORTAL_TESTS=local runs one of them.
 PORTAL_TESTS ?= local real
 test-portal: setup
-	PORTAL_USERS=hpcnb-student bash ci/portal.sh install
+	PORTAL_USERS="hpcnb-student hpcnb-student2" bash ci/portal.sh install
 	@for slurm in $(PORTAL_TESTS); do \
 	    HPCNB_PORTAL_TEST=$$slurm; export HPCNB_PORTAL_TEST; \
 	    $(call pytest-cmd,-p no:cacheprovider -s tests/test_portal.py tests/test_ondemand.py,portal-$$slurm); \

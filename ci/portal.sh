@@ -20,7 +20,7 @@
 #   PORTAL_PREFIX    the course install the users run (default /opt/hpcnb-portal)
 #   PORTAL_STATE     the hub's database, cookie secret and password (default .portal/state)
 # Each user's lessons: ~/hpcnb-course (notebooks/, exercises/), copied once; later installs add new
-# files and keep the users' edits.
+# files and keep the users' edits. Homes are made (or made again) 0700: no one reads another's work.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -77,6 +77,7 @@ install_users() {
     for user in $(portal_users); do
         course_user "$user"
         home=$(getent passwd "$user" | cut -d: -f6)
+        chmod 0700 "$home"  # useradd's homes are 0755 on Debian: participants would read each other's job output
         as_user "$user" mkdir -p "$home/$COURSE_DIR"
         as_user "$user" cp -rn "$COURSE/notebooks" "$COURSE/exercises" "$home/$COURSE_DIR/"
         log "user $user: lessons in $home/$COURSE_DIR"

@@ -13,6 +13,8 @@
   hpcnb kernel install [--user | --sys-prefix | --prefix DIR]
                                           register the course's Jupyter kernel (default: --sys-prefix)
   hpcnb lint [--profile NAME] SCRIPT...   check job scripts (``-`` reads standard input)
+  hpcnb grading VERB ...                  the instructor's verbs (generate, check, release, collect,
+                                          autograde, return): ``hpcnb.course.grading``'s own parser
   hpcnb --version | --help | COMMAND --help
 
 Exit codes (the same for every command):
@@ -189,6 +191,16 @@ def _lint(args: argparse.Namespace) -> int:
     return status
 
 
+def _grading(argv: Sequence[str]) -> int:
+    """``hpcnb grading ARGS``: ``hpcnb.course.grading``'s parser and verbs, under this command's name."""
+    from hpcnb.course import grading
+
+    try:
+        return grading.main(list(argv), prog="hpcnb grading")
+    except SystemExit as stop:  # its --help (0) or a usage error (2), already printed
+        return stop.code if isinstance(stop.code, int) else USAGE
+
+
 # -------------------------------------------------------------------------------- the grammar
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,12 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "2 usage, an unknown profile, or a script that cannot be read")
     lint.add_argument("--profile", metavar="NAME", help="also check against a site profile (narval, ...)")
     lint.add_argument("scripts", metavar="SCRIPT", nargs="+", help="a job script; - reads standard input")
+
+    grading = command("grading", "the instructor's verbs: generate, check, release, collect, autograde, return",
+                      lambda args: _grading(args.rest), add_help=False)
+    grading.add_argument("rest", nargs=argparse.REMAINDER)  # main() hands them to grading's own parser
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hpcnb ARGS`` (``sys.argv[1:]`` by default); returns the exit code instead of exiting."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["grading"]:  # its own grammar, help and exit codes (hpcnb.course.grading)
+        return _grading(args_list[1:])
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(args_list)

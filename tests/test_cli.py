@@ -50,6 +50,20 @@ def test_version():
     assert version("hpcnb") == hpcnb.__version__, "pyproject.toml and hpcnb.__version__ disagree"
 
 
+def test_grading_verbs_have_help_and_no_internal_one():
+    done = hpcnb_cmd("grading", "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: hpcnb grading ")
+    for verb in ("generate", "check", "release", "collect", "autograde", "return"):
+        assert re.search(rf"^\s+{verb}\s", done.stdout, re.M), verb
+        shown = hpcnb_cmd("grading", verb, "--help")
+        assert shown.returncode == 0 and shown.stdout.startswith(f"usage: hpcnb grading {verb} "), verb
+    assert "_grade-one" not in done.stdout + done.stderr
+    assert "--notebook NAME" in hpcnb_cmd("grading", "autograde", "--help").stdout
+    assert "grading" in hpcnb_cmd("--help").stdout
+    done = hpcnb_cmd("grading", "no-such-verb")
+    assert done.returncode == 2 and "invalid choice: 'no-such-verb'" in done.stderr and "_grade-one" not in done.stderr
+
+
 def test_console_script_is_the_same_command():
     script = Path(sys.executable).with_name("hpcnb")
     if not script.exists():
@@ -61,7 +75,7 @@ def test_console_script_is_the_same_command():
 def test_help_lists_every_command_and_verb():
     parser = cli.build_parser()
     commands = _commands(parser)
-    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint"}
+    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint", "grading"}
     verbs = _commands(commands["slurm"])
     assert set(verbs) == {"status", "stop", "reset", "recover", "preempt", "slow-node"}
 

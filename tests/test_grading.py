@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import csv
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -434,3 +435,83 @@ def autograde_real_solution(stem: str, tmp_path: Path) -> None:
         assert g.status == "graded", report[student]
         assert all(v == 0 for v in lost.values()), f"{student}: tests {lost} kept points: {report[student]}"
         assert g.score <= full - sum(points(solution)[c] for c in tests), report[student]
+
+
+# ---------------------------------------------------------------------- the students' kit
+
+def test_check_and_generate_ignore_work_folders(fixture_exercises: Path, tmp_path: Path) -> None:
+    """Running an exercise writes exercises/work/ (job scripts, outputs): no leak, no loop of 'run generate'."""
+    out = _copy_exercises(fixture_exercises, tmp_path)
+    work = out / "work" / "job"
+    work.mkdir(parents=True)
+    (work / "hog.py").write_text("n_nodes = 2\nassert add(-40, 40) == 0\n")
+    assert check(FIXTURE, out) == []
+    generate(FIXTURE, out, quiet=True)  # raised "the generated exercises still hold solution text"
+    assert (work / "hog.py").exists()
+
+
+def test_autograde_timeout_follows_the_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcnb import backend
+
+    monkeypatch.setattr(backend, "which_slurm", lambda: "local")
+    assert grading.default_timeout() == grading.DEFAULT_TIMEOUT == 60
+    monkeypatch.setattr(backend, "which_slurm", lambda: "real")
+    assert grading.default_timeout() == grading.REAL_SLURM_TIMEOUT >= 600
+    monkeypatch.undo()
+    monkeypatch.setenv("HPCNB_SLURM", "bogus")
+    with pytest.raises(grading.GradingError, match="HPCNB_SLURM='bogus'"):
+        grading.default_timeout()
+
+
+def _git(root: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                   check=True, capture_output=True)
+
+
+def test_release_takes_the_committed_course_and_the_students_kit(tmp_path: Path, capsys) -> None:
+    """Lessons as committed (not the local outputs), the kit's README and Makefile, nothing of the instructor's."""
+    root = tmp_path / "course"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "hpcnb").mkdir()
+    (root / "hpcnb" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'hpcnb'\n")
+    lesson = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hello')")])
+    nbformat.write(lesson, root / "notebooks" / "01-lesson.ipynb")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "course")
+    lesson.cells[0].outputs = [nbformat.v4.new_output("stream", text="LOCAL OUTPUT of the instructor\n")]
+    nbformat.write(lesson, root / "notebooks" / "01-lesson.ipynb")
+    (root / "notebooks" / "scratch.ipynb").write_text("{}")  # not committed
+
+    files = grading.release(tmp_path / "kit", root=root, solutions=FIXTURE, quiet=True)
+    assert "is not a git checkout" not in capsys.readouterr().err
+    kit = tmp_path / "kit"
+    assert sorted(files) == ["Makefile", "README.md", f"exercises/{FIXTURE_NB}.ipynb", "hpcnb/__init__.py",
+                             "notebooks/01-lesson.ipynb", "pyproject.toml"]
+    assert "LOCAL OUTPUT" not in (kit / "notebooks" / "01-lesson.ipynb").read_text()
+    readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
+    for text in (readme, makefile):
+        assert not re.search(r"solutions/|tests/|make test|nbgrader|\[all\]", text)
+    assert "-e '.[student]'" in makefile and "--LabApp.default_url=/lab/tree/notebooks" in makefile
+    assert "--ServerApp.root_dir=." in makefile  # exercises/ reachable beside notebooks/
+    assert "make lab" in readme and "exercises/" in readme
+
+    plain = tmp_path / "plain"
+    shutil.copytree(root, plain, ignore=shutil.ignore_patterns(".git"))
+    grading.release(tmp_path / "kit2", root=plain, solutions=FIXTURE, quiet=True)
+    assert "LOCAL OUTPUT" in (tmp_path / "kit2" / "notebooks" / "01-lesson.ipynb").read_text()
+    assert "is not a git checkout: the bundle takes its files as they are" in capsys.readouterr().err
+
+
+def test_student_extra_holds_what_the_lessons_need_only() -> None:
+    import tomllib
+
+    project = tomllib.loads((grading.ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert extras["student"] == ["hpcnb[dl,lab]"]
+    student = " ".join(extras["dl"] + extras["lab"]).lower()
+    for instructor_only in ("nbgrader", "pytest", "playwright", "jupyterhub", "batchspawner"):
+        assert instructor_only not in student

@@ -13,8 +13,11 @@ the proxy and any job left; the student's jobs are cancelled whatever happened. 
 what the page saw (its tabs, the kernel's state, the cells run, the server's sessions), the hub's
 and the server's logs and the server job in squeue and sacct.
 
+A second participant, ``hpcnb-student2``, can read neither the first one's home nor their job's
+output (homes are 0700).
+
 Run by ``make test-portal`` only (long; as root, after ``ci/portal.sh install`` for
-``hpcnb-student``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
+``hpcnb-student`` and ``hpcnb-student2``): ``HPCNB_PORTAL_TEST=local`` uses the student's local Slurm,
 ``HPCNB_PORTAL_TEST=real`` the real Slurm 22.05 of ``ci/real-slurm.sh`` (hold
 /tmp/real-slurm.lock). Chromium is Debian's /usr/bin/chromium (never ``playwright install``).
 Screenshots and the hub's and the server's logs land in test-artifacts/portal-*.
@@ -28,6 +31,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 import urllib.error
@@ -53,6 +57,7 @@ PREFIX = Path(os.environ.get("PORTAL_PREFIX", "/opt/hpcnb-portal"))
 VENV = PREFIX / "course" / ".venv"
 SLURM_BIN = PREFIX / "slurm-bin"
 USER = "hpcnb-student"
+OTHER = "hpcnb-student2"  # a second participant (make test-portal installs both)
 LESSON = "notebooks/01-cluster-anatomy.ipynb"
 LESSON_URL = f"/user/{USER}/lab/tree/{LESSON}"  # a workshop's link: JupyterLab with the lesson open
 # the login page's port; the hub's API and the proxy's API take the next two (below the tests' ranges)
@@ -314,6 +319,29 @@ def job_steps(job_id: str) -> list[str]:
     """The steps of a job in sacct (``batch``, ``0``, ...)."""
     res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID")
     return [line.split(".", 1)[1] for line in res.stdout.split() if "." in line]
+
+
+@pytest.mark.timeout(300)
+def test_participants_cannot_read_each_others_home_or_job_output() -> None:
+    """Homes are 0700 (ci/portal.sh): a job's output in one participant's home is theirs alone."""
+    if os.geteuid() != 0:
+        pytest.skip("the portal's users exist only when it was installed as root")
+    try:
+        other = pwd.getpwnam(OTHER)
+    except KeyError:
+        pytest.fail(f"no user {OTHER}: PORTAL_USERS='{USER} {OTHER}' bash ci/portal.sh install")
+    for home in (_home(), Path(other.pw_dir)):
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700, f"{home} is not 0700"
+    token = secrets.token_hex(8)
+    out = _home() / f"secret-{token}.out"
+    try:
+        done = as_student("sbatch", "--wait", "-o", str(out), "--wrap", f"echo SECRET={token}", timeout=240)
+        assert done.returncode == 0 and f"SECRET={token}" in out.read_text(), done.stderr
+        for peek in (["cat", str(out)], ["ls", str(_home())]):
+            seen = subprocess.run(["runuser", "-u", OTHER, "--", *peek], capture_output=True, text=True, timeout=60)
+            assert seen.returncode != 0 and "Permission denied" in seen.stderr, (peek, seen.stdout)
+    finally:
+        out.unlink(missing_ok=True)
 
 
 @pytest.mark.timeout(HUB_UP_S + SPAWN_S + LESSON_S + 420)

@@ -1,8 +1,10 @@
 """The course as an instructor runs it: exercises from solutions, autograding in a sandbox, and
 the course's Jupyter kernel.
 
-* :mod:`hpcnb.course.grading` — ``python -m hpcnb.course.grading generate|check|release|autograde``:
-  nbgrader-style exercise notebooks made from ``solutions/``, graded submissions;
+* :mod:`hpcnb.course.grading` — ``hpcnb grading generate|check|release|collect|autograde|return``:
+  nbgrader-style exercise notebooks made from ``solutions/``, the students' kit, graded submissions;
+* :mod:`hpcnb.course.handout` — ``collect`` and ``return``: exercise notebooks out of, and feedback
+  into, each portal user's home;
 * :mod:`hpcnb.course.sandbox` — where student code runs while it is graded (bubblewrap: no network,
   no solutions, limits, a private local Slurm);
 * :mod:`hpcnb.course.kernel` — ``hpcnb kernel install``: the "hpcnb" Jupyter kernel, whose jobs

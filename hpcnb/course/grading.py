@@ -1,12 +1,15 @@
 """Course tooling for instructors: student exercises from worked solutions, and autograding.
 
-Both go through nbgrader (its own preprocessors, in a throw-away course directory)::
+Both go through nbgrader (its own preprocessors, in a throw-away course directory); ``hpcnb grading``
+(or ``python -m hpcnb.course.grading``)::
 
-    python -m hpcnb.course.grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
-    python -m hpcnb.course.grading check        # exercises/ up to date with solutions/, and nothing leaked
-    python -m hpcnb.course.grading release OUT  # the student bundle (folder or .tar.gz): no solutions, no tests
-    python -m hpcnb.course.grading autograde SUBMISSIONS --out grades/
-                                         # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+    hpcnb grading generate     # solutions/*.ipynb -> exercises/*.ipynb (student versions)
+    hpcnb grading check        # exercises/ up to date with solutions/, and nothing leaked
+    hpcnb grading release OUT  # the students' kit (folder or .tar.gz), from the committed course
+    hpcnb grading collect SUBMISSIONS   # each portal user's exercises (hpcnb.course.handout)
+    hpcnb grading autograde SUBMISSIONS --out grades/ [--notebook NAME]
+                               # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+    hpcnb grading return grades/feedback  # the feedback into each user's home
 
 ``generate`` copies only the solution notebooks into the temporary course (nbgrader would
 copy every other file of a source folder into the release), runs ``generate_assignment``
@@ -41,7 +44,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hpcnb.course import sandbox
+from hpcnb.course import handout, sandbox
 from hpcnb.course.sandbox import Limits, SandboxError
 from hpcnb.slurm import sizes
 
@@ -50,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _BASE = ROOT if (ROOT / "solutions").is_dir() else Path.cwd()
 SOLUTIONS_DIR = _BASE / "solutions"
 EXERCISES_DIR = _BASE / "exercises"
-DEFAULT_TIMEOUT = 60  # seconds per cell when autograding
+DEFAULT_TIMEOUT = 60  # seconds per cell when autograding, on the local Slurm
+REAL_SLURM_TIMEOUT = 600  # on a real one: a TIMEOUT takes 60-90 s there, a requeue hold 120 s
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -62,6 +66,7 @@ __all__ = [
     "autograde",
     "bundle_problems",
     "check",
+    "default_timeout",
     "generate",
     "main",
     "plant_wrong_answer",
@@ -69,6 +74,8 @@ __all__ = [
     "secret_regions",
 ]
 
+#: Folders under exercises/ that are no exercise: Jupyter's checkpoints, the files a run writes.
+_SKIPPED_DIRS = {".ipynb_checkpoints", "work"}
 _MARKER = re.compile(r"(BEGIN|END)\s+(SOLUTION|HIDDEN\s+TESTS)\b")
 _STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()", "YOUR ANSWER HERE"}
 
@@ -320,8 +327,8 @@ def _leaks(notebooks: dict[str, Path], exercises: Path) -> list[str]:
     if not exercises.is_dir():
         return problems
     for path in sorted(p for p in exercises.rglob("*") if p.is_file()):
-        if ".ipynb_checkpoints" in path.parts:
-            continue
+        if _SKIPPED_DIRS & set(path.relative_to(exercises).parts[:-1]):
+            continue  # Jupyter's checkpoints, and what running an exercise wrote (work/)
         rel = _show(path)
         try:
             raw = path.read_text(encoding="utf-8")
@@ -387,9 +394,11 @@ def check(solutions: Path = SOLUTIONS_DIR, exercises: Path = EXERCISES_DIR) -> l
 
 # ------------------------------------------------------------------------------ release
 
-#: What students get of the course checkout (exercises/ is generated afresh from solutions/).
-BUNDLE = ("README.md", "Makefile", "pyproject.toml", "environment.yml", "ci/install-system-deps.sh",
-          "ci/build-horovod.sh", "hpcnb", "notebooks")
+#: What students get of the course checkout: its files as committed (exercises/ is generated afresh
+#: from solutions/; the README and Makefile are the students' kit's, KIT).
+BUNDLE = ("pyproject.toml", "environment.yml", "ci/install-system-deps.sh", "ci/build-horovod.sh", "hpcnb",
+          "notebooks")
+KIT = Path(__file__).with_name("kit")  # README.md, Makefile: what students read and run
 _NOT_BUNDLED = {"__pycache__", ".ipynb_checkpoints", "work", "solutions", "tests"}
 
 
@@ -405,17 +414,48 @@ def _bundle_files(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def _committed(root: Path, names: Iterable[str], into: Path) -> bool:
+    """Extract ``names`` of ``root``'s git HEAD into ``into`` (False: ``root`` is no git checkout)."""
+    import io
+    import tarfile
+
+    def git(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
+
+    top = git("rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(os.fsdecode(top.stdout.strip())).resolve() != root.resolve():
+        return False
+    listed = git("ls-tree", "-z", "--name-only", "HEAD", "--", *names).stdout.decode().split("\0")
+    archive = git("archive", "--format=tar", "HEAD", "--", *filter(None, listed))
+    if archive.returncode != 0:
+        raise GradingError(f"git archive HEAD failed in {root}: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return True
+
+
 def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, quiet: bool = False) -> list[str]:
-    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course without
-    ``solutions/`` and tests, exercises generated from the solutions; returns its files. Nothing is
-    written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
-    out, root = Path(out), Path(root)
+    """Write the student bundle to ``out`` (a new folder, or a ``.tar.gz``): the course as committed
+    (a git checkout; else its files as they are, with a warning) without ``solutions/`` and tests,
+    exercises generated from the solutions, the students' kit's README and Makefile; returns its files.
+    Nothing is written when the bundle would carry a solution (GradingError; see :func:`bundle_problems`)."""
+    out, root, solutions = Path(out), Path(root), Path(solutions)
+    shown = _show(solutions)
     if out.exists() and (out.is_file() or any(out.iterdir())):
         raise GradingError(f"{out} exists: give a new folder or archive name")
     with tempfile.TemporaryDirectory(prefix="hpcnb-release-") as tmp:
+        source = Path(tmp) / "committed"
+        if _committed(root, (*BUNDLE, "solutions"), source):
+            if solutions.resolve() == (root / "solutions").resolve():
+                solutions = source / "solutions"
+        else:
+            source = root
+            print(f"warning: {root} is not a git checkout: the bundle takes its files as they are "
+                  "(notebooks with their outputs)", file=sys.stderr)
         folder = Path(tmp) / out.name.removesuffix(".tar.gz")
-        for path in _bundle_files(root):
-            dest = folder / path.relative_to(root)
+        for path in [*_bundle_files(source), *sorted(KIT.iterdir())]:
+            dest = folder / (path.name if path.parent == KIT else path.relative_to(source))
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
         generate(solutions, folder / "exercises", quiet=True)
@@ -432,7 +472,7 @@ def release(out: Path, *, root: Path = _BASE, solutions: Path = SOLUTIONS_DIR, q
         else:
             shutil.copytree(folder, out, dirs_exist_ok=True)
     if not quiet:
-        print(f"wrote {out}: {len(files)} files, exercises/ from {_show(solutions)}, no solutions")
+        print(f"wrote {out}: {len(files)} files, exercises/ from {shown}, no solutions")
     return files
 
 
@@ -521,6 +561,17 @@ class NotebookGrade:
     @property
     def timed_out_cells(self) -> list[str]:
         return [c.name for c in self.cells.values() if c.error == "CellTimeoutError"]
+
+
+def default_timeout() -> int:
+    """Seconds per cell: DEFAULT_TIMEOUT on the local Slurm, REAL_SLURM_TIMEOUT on a real one (slower)."""
+    from hpcnb.backend import which_slurm
+
+    try:
+        real = which_slurm() == "real"
+    except ValueError as err:  # a bad HPCNB_SLURM
+        raise GradingError(str(err)) from None
+    return REAL_SLURM_TIMEOUT if real else DEFAULT_TIMEOUT
 
 
 def _students(submissions: Path) -> list[Path]:
@@ -647,7 +698,7 @@ def autograde(
     out: Path,
     *,
     solutions: Path = SOLUTIONS_DIR,
-    timeout: int = DEFAULT_TIMEOUT,
+    timeout: int | None = None,
     notebook_timeout: float | None = None,
     notebooks: Iterable[str] | None = None,
     limits: Limits | None = None,
@@ -658,7 +709,7 @@ def autograde(
     ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status), ``cells.csv`` (one
     row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
     ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
-    (a cell over it is interrupted and scores 0); ``notebook_timeout``: seconds for one whole
+    (a cell over it is interrupted and scores 0; default: :func:`default_timeout`); ``notebook_timeout``: seconds for one whole
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
 
@@ -666,6 +717,7 @@ def autograde(
     :class:`~hpcnb.course.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
     """
     submissions, out = Path(submissions), Path(out)
+    timeout = timeout or default_timeout()
     if not submissions.is_dir():
         raise GradingError(f"{submissions}: no such folder (expected SUBMISSIONS/<student>/<notebook>.ipynb)")
     sources = solution_notebooks(solutions)
@@ -838,35 +890,74 @@ def _limit(text: str) -> tuple[str, int]:
     return name, sizes.parse_bytes(value)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcnb.course.grading", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="write exercises/ (student versions) from solutions/")
-    chk = sub.add_parser("check", help="exit 1 unless exercises/ is up to date and holds no solution text")
+_VERBS_HELP = """\
+a class, in order: generate and check (exercises/ from solutions/), release (the students' kit),
+collect (each portal user's exercises/ into SUBMISSIONS/<user>/), autograde (grades, feedback),
+return (the feedback into each user's home). Exit codes: 0 done, 1 check found problems or
+collect/return failed for a user (the others are done), 2 usage or bad input."""
+
+
+def build_parser(prog: str = "python -m hpcnb.course.grading") -> argparse.ArgumentParser:
+    """The instructor's verbs (the internal per-notebook entry, ``_grade-one``, is not among them)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=_VERBS_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+
+    def verb(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=summary)
+
+    gen = verb("generate", "write exercises/ (student versions) from solutions/")
+    chk = verb("check", "exit 1 unless exercises/ is up to date and holds no solution text (work/ folders aside)")
     for p in (gen, chk):
         p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
         p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
-    bundle = sub.add_parser("release", help="write the student bundle: the course without solutions/ or tests")
+    bundle = verb("release", "write the students' kit from the committed course: no solutions/ or tests")
     bundle.add_argument("out", type=Path, help="a new folder, or a file name ending in .tar.gz")
     bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-    grade = sub.add_parser("autograde", help="grade SUBMISSIONS/<student>/<notebook>.ipynb")
+    users_help = "a count N (student1 .. studentN) or names, as PORTAL_USERS (default: $PORTAL_USERS, else 3)"
+    take = verb("collect", "copy each portal user's ~/COURSE/exercises/*.ipynb into SUBMISSIONS/<user>/")
+    take.add_argument("submissions", type=Path, help="where to put them (SUBMISSIONS/<user>/<notebook>.ipynb)")
+    back = verb("return", "copy FEEDBACK/<user>/*.html into each user's ~/COURSE/feedback/ (theirs, 0600)")
+    back.add_argument("feedback", type=Path, help="autograde's feedback folder (grades/feedback)")
+    for p in (take, back):
+        p.add_argument("--users", default=os.environ.get("PORTAL_USERS", "3"), help=users_help)
+        p.add_argument("--course-dir", default="hpcnb-course", metavar="COURSE",
+                       help="each user's course folder in their home (default hpcnb-course)")
+    grade = verb("autograde", "grade SUBMISSIONS/<student>/<notebook>.ipynb: grades.csv, cells.csv, feedback")
     grade.add_argument("submissions", type=Path)
     grade.add_argument("--out", type=Path, default=Path("grades"))
     grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-    grade.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default 60)")
+    grade.add_argument("--timeout", type=int, default=None,
+                       help=f"seconds per cell (default {DEFAULT_TIMEOUT} on the local Slurm, "
+                            f"{REAL_SLURM_TIMEOUT} on a real one)")
     grade.add_argument("--notebook-timeout", type=float, default=None,
                        help="seconds for one whole notebook (default: timeout x (code cells + 2) + 120)")
-    grade.add_argument("--notebook", action="append", dest="notebooks", help="grade only this notebook (repeatable)")
+    grade.add_argument("--notebook", action="append", dest="notebooks", metavar="NAME",
+                       help="grade only this notebook, e.g. 03-first-batch-job-exercises (repeatable; "
+                            "default: every solution notebook)")
     grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
                        help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
                             "(repeatable; see hpcnb.course.sandbox.Limits)")
-    one = sub.add_parser("_grade-one")  # internal: the per-notebook grading process
+    return parser
+
+
+def _grade_one_main(argv: list[str]) -> int:
+    """The internal per-notebook grading process (``_grade-one``), started by :func:`autograde`."""
+    one = argparse.ArgumentParser(prog="python -m hpcnb.course.grading _grade-one")
     one.add_argument("course", type=Path)
     one.add_argument("assignment")
     one.add_argument("student")
     one.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT)
     one.add_argument("--limits", type=_limits_json, default=Limits())
-    args = parser.parse_args(argv)
+    args = one.parse_args(argv)
+    return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m hpcnb.course.grading") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_grade-one"]:
+        return _grade_one_main(argv[1:])
+    args = build_parser(prog).parse_args(argv)
     try:
         if args.command == "generate":
             generate(args.solutions, args.exercises)
@@ -877,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{_show(args.exercises)} is not in order:", file=sys.stderr)
                 for problem in problems:
                     print(f"  - {problem}", file=sys.stderr)
-                print("Fix: python -m hpcnb.course.grading generate (and commit exercises/)", file=sys.stderr)
+                print(f"Fix: {prog} generate (and commit exercises/)", file=sys.stderr)
                 return 1
             count = len(solution_notebooks(args.solutions))
             print(f"{_show(args.exercises)}: {count} exercise notebook(s) up to date, no solution text in them")
@@ -885,16 +976,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "release":
             release(args.out, solutions=args.solutions)
             return 0
-        if args.command == "autograde":
-            limits = replace(Limits(), **dict(args.limit)) if args.limit else None
-            grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
-                               notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
-            print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
-                  f"feedback in {args.out / 'feedback'}")
-            return 0
-        return _grade_one(args.course, args.assignment, args.student, args.timeout, args.limits)
-    except GradingError as err:
-        print(f"hpcnb.course.grading: {err}", file=sys.stderr)
+        if args.command in ("collect", "return"):
+            users = handout.portal_users(args.users)
+            if args.command == "collect":
+                outcome = handout.collect(users, args.submissions, course_dir=args.course_dir)
+            else:
+                outcome = handout.return_feedback(args.feedback, users, course_dir=args.course_dir)
+            return 1 if outcome.failed else 0
+        limits = replace(Limits(), **dict(args.limit)) if args.limit else None
+        grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
+                           notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
+        print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
+              f"feedback in {args.out / 'feedback'}")
+        return 0
+    except (GradingError, handout.HandoutError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
 
 
