@@ -269,7 +269,7 @@ def submit(
         argv.append(f"--wrap={wrap}")
     elif isinstance(script, JobScript):
         script_path = _write_script(script, workdir)
-        argv += [str(script_path), *extra]
+        argv += ["--", str(script_path), *extra]
     elif isinstance(script, str) and script.startswith("#!"):
         if extra:
             raise ValueError("submit(script_text, args=...): sbatch reads script text from stdin and cannot "
@@ -278,7 +278,7 @@ def submit(
     else:
         path = check_text(os.fspath(script), "submit(script)", where="the sbatch command line")  # type: ignore[arg-type]
         script_path = workdir / path
-        argv += [path, *extra]
+        argv += ["--", path, *extra]  # after "--": a path such as "-job.sh" is never read as an option
     res = _slurm(argv, cwd=workdir, input=stdin_text)
     if res.returncode != 0:
         text = res.stderr.strip() or res.stdout.strip() or f"sbatch exited with {res.returncode}"

@@ -515,3 +515,17 @@ def test_until_returns_the_value_or_says_what_it_waited_for(monkeypatch):
     with pytest.raises(TimeoutError, match=r"(?s)waited 0.05 s for job 7 to run; squeue -j 7: .*7 PENDING Priority"):
         jobs.until(lambda: False, timeout=0.05, poll=0.01, what="job 7 to run", job=7)
     assert shown[0][:3] == ["squeue", "-j", "7"]
+
+
+def test_a_script_path_is_never_read_as_an_option(workdir: Path) -> None:
+    """``submit("-job.sh")`` runs that file; ``submit("--wrap=...")`` is a (missing) file, never a command."""
+    script = workdir / "-job.sh"
+    script.write_text("#!/bin/sh\necho dashed \"$1\"\n")
+    job = submit("-job.sh", args=["-x"])
+    assert job.wait(timeout=WAIT, quiet=True) == "COMPLETED"
+    assert job.tail() == "dashed -x\n"
+    canary = workdir / "canary"
+    with pytest.raises(SubmitError, match="Unable to open file --wrap=touch"):
+        submit(f"--wrap=touch {canary}")
+    time.sleep(0.5)
+    assert not canary.exists()
