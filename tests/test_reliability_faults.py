@@ -522,3 +522,25 @@ def test_controller_never_remakes_a_state_directory_removed_while_it_starts(tmp_
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert not state.exists(), sorted(p.name for p in state.iterdir())
+
+
+def test_damaged_journal_is_reported_and_no_job_id_is_reused(slurm: Slurm, tmp_path: Path) -> None:
+    """SQLite drops a journal's frames from the first damaged one on, without a word: the jobs committed
+    in them were lost silently, recover called the file healthy and their ids were issued again."""
+    controller = slurm.start_controller_first()  # holds the file open: nothing checkpoints the journal
+    held = [slurm.submit("--hold", "-J", f"h{i}", "--wrap", "echo held") for i in range(3)]
+    kill9(controller)
+    wal = slurm.state / "slurm.db-wal"
+    with open(wal, "r+b") as fh:
+        fh.seek(32 + 24 + 100)  # the page of the journal's first frame
+        fh.write(b"garbage!" * 8)
+    for command in (["squeue"], ["sbatch", "--wrap", "true"], [sys.executable, "-m", "hpcnb.cli", "slurm", "status"]):
+        done = slurm.run(*command)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "damaged" in done.stderr and "slurm.db-wal" in done.stderr and "hpcnb slurm recover" in done.stderr
+    report = slurm.admin("recover").stdout
+    assert f"LOST the records of job(s) {held[0]}-{held[-1]}" in report and "slurm.db-wal" in report, report
+    later = slurm.submit("--wrap", "true")
+    assert later == held[-1] + 1, "a job id was reused"
+    assert slurm.wait_final([later]) == {later: "COMPLETED"}
+    assert slurm.admin("recover").stdout.startswith("the local Slurm's state file is healthy")
