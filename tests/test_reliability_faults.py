@@ -544,3 +544,30 @@ def test_damaged_journal_is_reported_and_no_job_id_is_reused(slurm: Slurm, tmp_p
     assert later == held[-1] + 1, "a job id was reused"
     assert slurm.wait_final([later]) == {later: "COMPLETED"}
     assert slurm.admin("recover").stdout.startswith("the local Slurm's state file is healthy")
+
+
+def test_output_to_a_fifo_nobody_reads_stops_neither_time_limit_nor_scancel(slurm: Slurm, tmp_path: Path) -> None:
+    """slurmstepd's open(2) of a FIFO waits for a reader: meanwhile the job still ends at its time
+    limit and scancel still ends it; once someone reads, the output flows as into a file."""
+    fifos = [tmp_path / f"fifo{i}" for i in range(3)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    timed = slurm.submit("-o", str(fifos[0]), "-t", "0:02", "--wrap", "echo never")
+    cancelled = slurm.submit("-o", str(fifos[1]), "--wrap", "echo never")
+    slurm.wait_state(cancelled, {"RUNNING"})
+    assert slurm.run("scancel", str(cancelled)).returncode == 0
+    assert slurm.wait_final([timed, cancelled], timeout=30) == {timed: "TIMEOUT", cancelled: "CANCELLED"}
+    reader = os.open(fifos[2], os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        flowing = slurm.submit("-o", str(fifos[2]), "--wrap", "echo through the fifo")
+        got, end = b"", time.time() + 30
+        while not got.endswith(b"\n") and time.time() < end:
+            try:
+                got += os.read(reader, 4096)
+            except BlockingIOError:
+                pass
+            time.sleep(0.05)
+    finally:
+        os.close(reader)
+    assert got == b"through the fifo\n"
+    assert slurm.wait_final([flowing]) == {flowing: "COMPLETED"}

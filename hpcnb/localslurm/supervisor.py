@@ -6,6 +6,7 @@ in its tree and dies with the job.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import resource
@@ -509,10 +510,15 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     opened: list[int] = []
     try:
         what, where = "stdout", out_path
-        out_fd = os.open(out_path, flags, 0o644)
+        out_fd = _open_output(sup, out_path, flags)
+        if isinstance(out_fd, Outcome):
+            return out_fd
         opened.append(out_fd)
         what, where = "stderr", err_path
-        err_fd = out_fd if err_path == out_path else os.open(err_path, flags, 0o644)
+        err_fd = out_fd if err_path == out_path else _open_output(sup, err_path, flags)
+        if isinstance(err_fd, Outcome):
+            os.close(out_fd)
+            return err_fd
         opened.append(err_fd)
         what, where = "stdin", os.path.join(workdir, req["input"]) if req["input"] else os.devnull
         in_fd = os.open(where, os.O_RDONLY)
@@ -545,6 +551,31 @@ def _launch_batch(sup: Supervisor) -> Outcome:
             log(f"[{job['id']}.batch] error: {message}")
             sup._say(f"error: {message}")  # lands only if there is room after all
     return outcome
+
+
+def _open_output(sup: Supervisor, path: str, flags: int) -> int | Outcome:
+    """open(2) an output file as slurmstepd does, except that a FIFO nobody reads yet is waited for
+    here (opened with O_NONBLOCK, again and again), not inside open(2): the time limit and scancel
+    still end the job meanwhile (their outcome is returned). Once open, the descriptor blocks as a
+    plain open's does; for a regular file O_NONBLOCK changes nothing."""
+    job = sup.job
+    deadline = job["start_time"] + job["time_limit"] if job["time_limit"] else None
+    while True:
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: a FIFO without a reader
+                raise
+        else:
+            os.set_blocking(fd, True)
+            return fd
+        if deadline is not None and time.time() >= deadline:
+            return Outcome("TIMEOUT", step_state="CANCELLED", step_signal=signal.SIGTERM)
+        sig = signal.sigtimedwait(WATCHED, 0.1)
+        if sig is not None and sig.si_signo == signal.SIGUSR2:
+            outcome = sup._control()
+            if outcome is not None:
+                return outcome
 
 
 _LOGIN_BASH = re.compile(r"#![ \t]*(/\S*/bash)((?:[ \t]+-\S+)+)[ \t]*")
