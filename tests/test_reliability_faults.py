@@ -548,7 +548,8 @@ def test_damaged_journal_is_reported_and_no_job_id_is_reused(slurm: Slurm, tmp_p
 
 def test_output_to_a_fifo_nobody_reads_stops_neither_time_limit_nor_scancel(slurm: Slurm, tmp_path: Path) -> None:
     """slurmstepd's open(2) of a FIFO waits for a reader: meanwhile the job still ends at its time
-    limit and scancel still ends it; once someone reads, the output flows as into a file."""
+    limit and scancel still ends it; once someone reads, the output flows as into a file; a reader
+    that stops reading stalls the job, not the time limit."""
     fifos = [tmp_path / f"fifo{i}" for i in range(3)]
     for fifo in fifos:
         os.mkfifo(fifo)
@@ -571,3 +572,10 @@ def test_output_to_a_fifo_nobody_reads_stops_neither_time_limit_nor_scancel(slur
         os.close(reader)
     assert got == b"through the fifo\n"
     assert slurm.wait_final([flowing]) == {flowing: "COMPLETED"}
+
+    stalled = os.open(fifos[2], os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads: the pipe fills
+    try:
+        blocked = slurm.submit("-o", str(fifos[2]), "-t", "0:02", "--wrap", "yes | head -c 10000000; echo")
+        assert slurm.wait_final([blocked], timeout=30) == {blocked: "TIMEOUT"}
+    finally:
+        os.close(stalled)

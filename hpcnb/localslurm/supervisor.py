@@ -13,6 +13,7 @@ import resource
 import shutil
 import signal
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -526,7 +527,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
         for fd in set(opened):
             os.close(fd)
         return _launch_failed(sup, f"Could not open {what} file {where}: {err.strerror}")
-    sup.err_fd = err_fd
+    sup.err_fd = _message_descriptor(err_fd)
     script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
     pid = procs.spawn(batch_argv(script, req.get("script_args", [])), env, workdir, (in_fd, out_fd, err_fd), True,
@@ -576,6 +577,18 @@ def _open_output(sup: Supervisor, path: str, flags: int) -> int | Outcome:
             outcome = sup._control()
             if outcome is not None:
                 return outcome
+
+
+def _message_descriptor(fd: int) -> int:
+    """Where the supervisor writes its own messages (the CANCELLED line...): ``fd``, or for a FIFO a
+    non-blocking descriptor of its own, so that a reader that stopped reading cannot hold the
+    supervisor (a message that does not fit is dropped)."""
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        return fd
+    try:
+        return os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return fd
 
 
 _LOGIN_BASH = re.compile(r"#![ \t]*(/\S*/bash)((?:[ \t]+-\S+)+)[ \t]*")
