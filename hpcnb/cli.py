@@ -120,7 +120,7 @@ def _which_slurm(args: argparse.Namespace) -> int:
 
 
 def _on_local_state(prog: str, action: Callable[[], int]) -> int:
-    """Run ``action``; a damaged or unreadable state file is one message and exit 1."""
+    """Run ``action``; a damaged or unreadable state (file or directory) is one message and exit 1."""
     import sqlite3
 
     from hpcnb.localslurm import db
@@ -131,6 +131,9 @@ def _on_local_state(prog: str, action: Callable[[], int]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
     except sqlite3.Error as err:
         print(f"{prog}: error: {db.state_error(err)}", file=sys.stderr)
+    except OSError as err:  # an unreadable or refused state directory: one line, never a traceback
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"{prog}: error: {err.strerror or err}{where}", file=sys.stderr)
     return FAILED
 
 

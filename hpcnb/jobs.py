@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -177,6 +178,29 @@ def _checked(args: list[str], **kw: Any) -> str:
     return res.stdout
 
 
+def _separator() -> str:
+    """A field separator no job name can hold, new for each command: a name is anyone's text (on a
+    shared cluster, any user's), so a name such as ``"x\\n42|...|FAILED"`` must not read as a row."""
+    return f"|{secrets.token_hex(8)}|"
+
+
+def _records(text: str, sep: str, fields: int) -> list[str]:
+    """Slurm's lines of ``fields`` fields each, one per record: a job name holding a newline is
+    printed across lines, which are joined back (a line lacking separators continues a record)."""
+    records: list[str] = []
+    part: str | None = None
+    for line in text.removesuffix("\n").split("\n"):
+        if part is None and sep not in line:
+            if records:
+                records[-1] += "\n" + line  # the rest of the last field (the name) of the row before
+            continue
+        part = line if part is None else f"{part}\n{line}"
+        if part.count(sep) >= fields - 1:
+            records.append(part)
+            part = None
+    return records
+
+
 # ----------------------------------------------------------------------------- submit
 
 _OPTION_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
@@ -271,7 +295,7 @@ def submit(
         argv.append(f"--wrap={wrap}")
     elif isinstance(script, JobScript):
         script_path = _write_script(script, workdir)
-        argv += [str(script_path), *extra]
+        argv += ["--", str(script_path), *extra]
     elif isinstance(script, str) and script.startswith("#!"):
         if extra:
             raise ValueError("submit(script_text, args=...): sbatch reads script text from stdin and cannot "
@@ -280,7 +304,7 @@ def submit(
     else:
         path = check_text(os.fspath(script), "submit(script)", where="the sbatch command line")  # type: ignore[arg-type]
         script_path = workdir / path
-        argv += [path, *extra]
+        argv += ["--", path, *extra]  # after "--": a path such as "-job.sh" is never read as an option
     res = _slurm(argv, cwd=workdir, input=stdin_text)
     if res.returncode != 0:
         text = res.stderr.strip() or res.stdout.strip() or f"sbatch exited with {res.returncode}"
@@ -320,10 +344,10 @@ class AccountingRow:
         return self.job_id.split(".", 1)[1] if "." in self.job_id else None
 
     @classmethod
-    def parse(cls, line: str) -> AccountingRow:
+    def parse(cls, line: str, sep: str = "|") -> AccountingRow:
         """A ``sacct -P --format`` :data:`ACCOUNTING_FORMAT` line (a ``|`` in JobName is fine)."""
-        job_id, _, rest = line.partition("|")
-        parts = rest.rsplit("|", 9)
+        job_id, _, rest = line.partition(sep)
+        parts = rest.rsplit(sep, 9)
         if len(parts) != 10:
             raise SlurmError(f"sacct printed an unexpected line: {line!r}")
         name, state, exit_code, elapsed, max_rss, nnodes, ncpus, start, end, tres = parts
@@ -479,10 +503,10 @@ class QueueRow:
     exit_code: str = ""  # ``0:0``; sacct only
 
     @classmethod
-    def parse(cls, line: str, accounted: bool = False) -> QueueRow | None:
+    def parse(cls, line: str, accounted: bool = False, sep: str = "|") -> QueueRow | None:
         """A line of squeue ``-o`` :data:`QUEUE_FORMAT`, or (``accounted``) of sacct ``-P --format``
-        :data:`STATE_FORMAT`; None for anything else."""
-        parts = line.split("|", 11 if accounted else 10)
+        :data:`STATE_FORMAT`, fields split at ``sep``; None for anything else."""
+        parts = line.split(sep, 11 if accounted else 10)
         if len(parts) != (12 if accounted else 11):
             return None
         job_id, raw_id, partition, user, state, used, limit, nodes, nodelist, reason, *rest = parts
@@ -493,7 +517,7 @@ class QueueRow:
 
 
 #: squeue's columns for :class:`QueueRow`, and sacct's same columns (plus the exit code); the name,
-#: free text, goes last.
+#: free text, goes last. Each call puts a :func:`_separator` in place of ``|``.
 QUEUE_FORMAT = "%i|%A|%P|%u|%T|%M|%l|%D|%N|%r|%j"
 STATE_FORMAT = "JobID,JobIDRaw,Partition,User,State,Elapsed,Timelimit,NNodes,NodeList,Reason,ExitCode,JobName"
 
@@ -562,8 +586,10 @@ def _me() -> str:
 
 def _listed(user: str) -> list[QueueRow]:
     """``user``'s jobs in the queue ("": everyone's)."""
-    argv = ["squeue", "-h", "-o", QUEUE_FORMAT, *([] if not user else ["--me"] if user == _me() else ["-u", user])]
-    return [row for line in _checked(argv).splitlines() if (row := QueueRow.parse(line))]
+    sep = _separator()
+    argv = ["squeue", "-h", "-o", QUEUE_FORMAT.replace("|", sep),
+            *([] if not user else ["--me"] if user == _me() else ["-u", user])]
+    return [row for line in _records(_checked(argv), sep, 11) if (row := QueueRow.parse(line, sep=sep))]
 
 
 def _ask_slurm(keys: frozenset[poller.Key]) -> dict[poller.Key, Any]:
@@ -585,8 +611,9 @@ def _ask_slurm(keys: frozenset[poller.Key]) -> dict[poller.Key, Any]:
     # a job that has left the queue, or an array all of whose listed tasks ended: sacct has it all
     gone = [job_id for job_id, rows in tasks.items() if all(r.state in FINISHED_STATES for r in rows.values())]
     if gone:
-        out = _checked(["sacct", "-X", "-n", "-P", "-j", ",".join(gone), "--format", STATE_FORMAT])
-        accounted = [row for line in out.splitlines() if (row := QueueRow.parse(line, accounted=True))]
+        sep = _separator()
+        out = _checked(["sacct", "-X", "-n", "-P", f"--delimiter={sep}", "-j", ",".join(gone), "--format", STATE_FORMAT])
+        accounted = [row for line in _records(out, sep, 12) if (row := QueueRow.parse(line, accounted=True, sep=sep))]
         for job_id in gone:
             tasks[job_id] = dict(sorted({**_tasks_of(job_id, accounted), **tasks[job_id]}.items(),
                                         key=lambda kv: _task_key(kv[0])))
@@ -832,10 +859,11 @@ class Job:
 
     def accounting(self, steps: bool = True) -> list[AccountingRow]:
         """sacct's rows: the job's (one per array task), then its steps (``.batch``, ``.0`` ...)."""
-        argv = ["sacct", "-n", "-P", "-j", self.id, "--format", ACCOUNTING_FORMAT]
+        sep = _separator()
+        argv = ["sacct", "-n", "-P", f"--delimiter={sep}", "-j", self.id, "--format", ACCOUNTING_FORMAT]
         if not steps:
             argv.insert(1, "-X")
-        return [AccountingRow.parse(line) for line in _checked(argv).splitlines() if line.strip()]
+        return [AccountingRow.parse(line, sep) for line in _records(_checked(argv), sep, 11)]
 
     def efficiency(self, settle: float = 30.0) -> Efficiency:
         """A seff-like summary from sacct (:class:`Efficiency`): CPU and memory used against the

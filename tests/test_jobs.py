@@ -535,3 +535,37 @@ def test_until_returns_the_value_or_says_what_it_waited_for(monkeypatch):
     with pytest.raises(TimeoutError, match=r"(?s)waited 0.05 s for job 7 to run; squeue -j 7: .*7 PENDING Priority"):
         jobs.until(lambda: False, timeout=0.05, poll=0.01, what="job 7 to run", job=7)
     assert shown[0][:3] == ["squeue", "-j", "7"]
+
+
+def test_a_script_path_is_never_read_as_an_option(workdir: Path) -> None:
+    """``submit("-job.sh")`` runs that file; ``submit("--wrap=...")`` is a (missing) file, never a command."""
+    script = workdir / "-job.sh"
+    script.write_text("#!/bin/sh\necho dashed \"$1\"\n")
+    job = submit("-job.sh", args=["-x"])
+    assert job.wait(timeout=WAIT, quiet=True) == "COMPLETED"
+    assert job.tail() == "dashed -x\n"
+    canary = workdir / "canary"
+    with pytest.raises(SubmitError, match="Unable to open file --wrap=touch"):
+        submit(f"--wrap=touch {canary}")
+    time.sleep(0.5)
+    assert not canary.exists()
+
+
+def test_a_job_name_with_a_newline_forges_no_row(workdir: Path) -> None:
+    """Anyone may name a job ``"x\\n<your job id>|...|FAILED|..."``: squeue and sacct print it across
+    two lines, and the second must not read as your job's row."""
+    victim = submit(wrap="sleep 30")
+    _wait_until(lambda: victim.state == "RUNNING")
+    forged = f"x\n{victim.id}|{victim.id}|debug|root|FAILED|0:01|1:00|1|node1|None|0:0|forged"
+    done = subprocess.run(["sbatch", "--parsable", "-J", forged, "--wrap", "sleep 30"], capture_output=True,
+                          text=True, timeout=60, cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    forger = Job(done.stdout.strip())
+    _wait_until(lambda: forger.state == "RUNNING")
+    assert victim.state == "RUNNING" and victim.snapshot().name == "wrap"
+    rows = {row.job_id: row for row in queue()}
+    assert rows[victim.id].state == "RUNNING" and rows[forger.id].name == forged
+    assert [row.name for row in forger.accounting()] == [forged, "batch"]
+    forger.cancel()
+    assert forger.wait(timeout=WAIT, quiet=True) == "CANCELLED" and forger.snapshot().name == forged
+    victim.cancel()

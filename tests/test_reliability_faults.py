@@ -522,3 +522,60 @@ def test_controller_never_remakes_a_state_directory_removed_while_it_starts(tmp_
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert not state.exists(), sorted(p.name for p in state.iterdir())
+
+
+def test_damaged_journal_is_reported_and_no_job_id_is_reused(slurm: Slurm, tmp_path: Path) -> None:
+    """SQLite drops a journal's frames from the first damaged one on, without a word: the jobs committed
+    in them were lost silently, recover called the file healthy and their ids were issued again."""
+    controller = slurm.start_controller_first()  # holds the file open: nothing checkpoints the journal
+    held = [slurm.submit("--hold", "-J", f"h{i}", "--wrap", "echo held") for i in range(3)]
+    kill9(controller)
+    wal = slurm.state / "slurm.db-wal"
+    with open(wal, "r+b") as fh:
+        fh.seek(32 + 24 + 100)  # the page of the journal's first frame
+        fh.write(b"garbage!" * 8)
+    for command in (["squeue"], ["sbatch", "--wrap", "true"], [sys.executable, "-m", "hpcnb.cli", "slurm", "status"]):
+        done = slurm.run(*command)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "damaged" in done.stderr and "slurm.db-wal" in done.stderr and "hpcnb slurm recover" in done.stderr
+    report = slurm.admin("recover").stdout
+    assert f"LOST the records of job(s) {held[0]}-{held[-1]}" in report and "slurm.db-wal" in report, report
+    later = slurm.submit("--wrap", "true")
+    assert later == held[-1] + 1, "a job id was reused"
+    assert slurm.wait_final([later]) == {later: "COMPLETED"}
+    assert slurm.admin("recover").stdout.startswith("the local Slurm's state file is healthy")
+
+
+def test_output_to_a_fifo_nobody_reads_stops_neither_time_limit_nor_scancel(slurm: Slurm, tmp_path: Path) -> None:
+    """slurmstepd's open(2) of a FIFO waits for a reader: meanwhile the job still ends at its time
+    limit and scancel still ends it; once someone reads, the output flows as into a file; a reader
+    that stops reading stalls the job, not the time limit."""
+    fifos = [tmp_path / f"fifo{i}" for i in range(3)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    timed = slurm.submit("-o", str(fifos[0]), "-t", "0:02", "--wrap", "echo never")
+    cancelled = slurm.submit("-o", str(fifos[1]), "--wrap", "echo never")
+    slurm.wait_state(cancelled, {"RUNNING"})
+    assert slurm.run("scancel", str(cancelled)).returncode == 0
+    assert slurm.wait_final([timed, cancelled], timeout=30) == {timed: "TIMEOUT", cancelled: "CANCELLED"}
+    reader = os.open(fifos[2], os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        flowing = slurm.submit("-o", str(fifos[2]), "--wrap", "echo through the fifo")
+        got, end = b"", time.time() + 30
+        while not got.endswith(b"\n") and time.time() < end:
+            try:
+                got += os.read(reader, 4096)
+            except BlockingIOError:
+                pass
+            time.sleep(0.05)
+    finally:
+        os.close(reader)
+    assert got == b"through the fifo\n"
+    assert slurm.wait_final([flowing]) == {flowing: "COMPLETED"}
+
+    stalled = os.open(fifos[2], os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads: the pipe fills
+    try:
+        blocked = slurm.submit("-o", str(fifos[2]), "-t", "0:02", "--wrap", "yes | head -c 10000000; echo")
+        assert slurm.wait_final([blocked], timeout=30) == {blocked: "TIMEOUT"}
+    finally:
+        os.close(stalled)

@@ -4,6 +4,7 @@ user strings never reach a shell, and jobs cannot write over the state.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -192,3 +193,51 @@ def test_other_users_cannot_read_the_state_or_wake_the_controller(slurm: Slurm, 
                           preexec_fn=become_nobody, cwd="/")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["listdir:denied", "read:denied", "socket:denied"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a folder to another user")
+def test_a_state_directory_another_user_could_change_is_refused(slurm: Slurm, tmp_path: Path) -> None:
+    """Another user owns the state (and swapped in a job script): root's ``scontrol release`` refuses
+    to run it, as ssh refuses a key others can change; so does every command and ``hpcnb slurm``."""
+    held = slurm.submit("--hold", "--wrap", "echo mine", cwd=tmp_path)
+    assert slurm.admin("stop").returncode == 0
+    os.chown(slurm.state, 65534, 65534)
+    (slurm.state / "jobs" / str(held) / "slurm_script").write_text(f"#!/bin/sh\ntouch {tmp_path}/swapped\n")
+    try:
+        for command in (["scontrol", "release", str(held)], ["sbatch", "--wrap", "true"], ["squeue"],
+                        [sys.executable, "-m", "hpcnb.cli", "slurm", "status"]):
+            done = slurm.run(*command, cwd=tmp_path)
+            assert done.returncode == 1, (command, done.stdout, done.stderr)
+            assert "refuses its state directory" in done.stderr and "owned by uid 65534" in done.stderr, done.stderr
+            assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert slurm.db_states() == {held: "PENDING"} and not (tmp_path / "swapped").exists()
+    finally:
+        os.chown(slurm.state, 0, 0)
+        slurm.run("scancel", str(held))
+
+    others = tmp_path / "others"  # a parent another user owns; one everybody may write (no sticky bit)
+    others.mkdir()
+    os.chown(others, 65534, 65534)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    for state, why in ((others / "state", "owned by uid 65534"), (loose / "state", "can be written by every user")):
+        done = slurm.run("sbatch", "--wrap", "true", env={**slurm.env, "HPCNB_STATE_DIR": str(state)})
+        assert done.returncode == 1 and why in done.stderr and "its parent folder" in done.stderr, done.stderr
+        assert not (state / "slurm.db").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_status_of_an_unreadable_state_directory_is_one_clear_line(slurm: Slurm) -> None:
+    """Root without the capability to read past file modes (setpriv) meets a state dir of mode 000."""
+    slurm.submit("--hold", "--wrap", "true")
+    slurm.state.chmod(0)
+    try:
+        done = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search",
+                               sys.executable, "-m", "hpcnb.cli", "slurm", "status"],
+                              env=slurm.env, capture_output=True, text=True, timeout=60)
+    finally:
+        slurm.state.chmod(0o700)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("hpcnb slurm status: error: Permission denied") and str(slurm.state) in done.stderr

@@ -77,6 +77,7 @@ def reset(profile: str | None, slurm_version: str | None = None) -> None:
     for path in _state_files():
         path.unlink(missing_ok=True)
     db.marker_path(paths.db_path()).unlink(missing_ok=True)
+    db.issued_path(paths.db_path()).unlink(missing_ok=True)
     shutil.rmtree(state / "jobs", ignore_errors=True)
     shutil.rmtree(paths.node_tmp_root(), ignore_errors=True)
     if profile:
@@ -257,9 +258,14 @@ def recover() -> str:
         lines.append("the state file itself was missing")
     Path(f"{base}-shm").unlink(missing_ok=True)
     db.marker_path(base).unlink(missing_ok=True)
+    try:
+        issued = db.read_issued(base)
+    except db.StateError:
+        issued = 0  # unreadable: the stored scripts and salvaged records still bound the ids
+    db.issued_path(base).unlink(missing_ok=True)  # until the fresh file holds ids past it
 
     scripts = _script_ids()
-    found = _salvage(kept, scripts) if kept.exists() else {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
+    found = _salvage(kept, scripts | {issued}) if kept.exists() else {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
     fresh = db.connect()
     new_cols = {r[1] for r in fresh.execute("PRAGMA table_info(jobs)")}
     new_step_cols = {r[1] for r in fresh.execute("PRAGMA table_info(steps)")}
@@ -300,7 +306,7 @@ def recover() -> str:
         old_next = int(meta.get("next_job_id", 1))
     except ValueError:
         old_next = 1
-    next_id = max([old_next, *(i + 1 for i in saved), *(i + 1 for i in scripts), 1])
+    next_id = max([old_next, issued + 1, *(i + 1 for i in saved), *(i + 1 for i in scripts), 1])
     meta["next_job_id"] = str(next_id)
     with db.transaction(fresh):
         for key, value in meta.items():
@@ -315,13 +321,16 @@ def recover() -> str:
             fresh.execute(f"INSERT OR REPLACE INTO steps({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
                           [step[c] for c in cols])
     fresh.close()
+    db.record_issued(base, next_id - 1)
 
-    known = set(saved) | scripts
-    lost = sorted(scripts - set(saved))
+    unstored = range(max(set(saved) | scripts, default=0) + 1, issued + 1)  # issued past every trace: interactive
+    known = set(saved) | scripts | set(unstored)
+    lost = sorted((scripts | set(unstored)) - set(saved))
     lines.append(f"salvaged {len(saved)} job record(s) and {len(steps)} step record(s)"
                  + (f" of the {len(known)} job(s) known" if known else ""))
     if lost:
-        lines.append(f"LOST the records of job(s) {_ranges(lost)}: their scripts are still in {state / 'jobs'}")
+        lines.append(f"LOST the records of job(s) {_ranges(lost)}: their scripts (batch jobs') are still in "
+                     f"{state / 'jobs'}")
     if ended:
         lines.append(f"job(s) {_ranges(sorted(ended))} were running and could not report to the damaged file: "
                      "stopped, now NODE_FAIL (batch) or CANCELLED (interactive)")

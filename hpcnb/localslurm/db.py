@@ -78,6 +78,36 @@ def marker_path(path: Path) -> Path:
     return path.with_name(path.name + ".id")
 
 
+def issued_path(path: Path) -> Path:
+    """A small file beside the database holding the highest job id ever issued: kept outside it, so
+    that a database that lost its last transactions (a damaged journal) is caught, and no id reused."""
+    return path.with_name(path.name + ".last-job-id")
+
+
+def read_issued(path: Path) -> int:
+    """The highest job id issued with the database at ``path`` (0: none recorded)."""
+    file = issued_path(path)
+    try:
+        text = file.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    except OSError as err:
+        raise StateError(f"cannot read {file} ({err})") from err
+    if not text.isdigit():
+        raise _damaged(path, f"{file.name} holds {text[:40]!r}, not a job id")
+    return int(text)
+
+
+def record_issued(path: Path, last: int) -> None:
+    """Keep ``last`` as the highest issued job id (atomically; never lowered)."""
+    if last > read_issued(path):
+        _write_small(issued_path(path), str(last))
+
+
+#: per connection (by id): its database and the highest job id it reserved, recorded once committed
+_reserved: dict[int, tuple[Path, int]] = {}
+
+
 def is_damage(err: BaseException) -> bool:
     """Does this SQLite error mean a damaged file (rather than a busy or full disk)?"""
     if not isinstance(err, sqlite3.DatabaseError):
@@ -126,6 +156,7 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
     path = path or paths.db_path()
     marker = marker_path(path)
     recorded = _read_marker(marker)  # before looking at the file: the marker is written after it
+    issued = read_issued(path)  # also written after the database (after each commit)
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -160,7 +191,8 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
         if recorded and recorded != ident:
             raise _damaged(path, f"it is not the state file recorded in {marker.name} ({ident} != {recorded})")
         if not recorded:
-            _write_marker(marker, ident)
+            _write_small(marker, ident)
+        _check_issued(conn, path, issued)
         if path.stat().st_mode & 0o077:
             path.chmod(0o600)
     except sqlite3.DatabaseError as err:
@@ -198,12 +230,22 @@ def _read_marker(marker: Path) -> str | None:
         raise StateError(f"cannot read {marker} ({err})") from err
 
 
-def _write_marker(marker: Path, ident: str) -> None:
-    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+def _write_small(file: Path, text: str) -> None:
+    """Write a one-line file beside the database atomically (private, 0600)."""
+    tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(ident + "\n")
-    os.replace(tmp, marker)
+        fh.write(text + "\n")
+    os.replace(tmp, file)
+
+
+def _check_issued(conn: sqlite3.Connection, path: Path, issued: int) -> None:
+    """A database that would issue an id already issued has lost committed transactions: SQLite drops
+    a journal's frames from the first damaged one on, silently. Refuse it, naming the journal."""
+    upcoming = next_job_id(conn)
+    if issued >= upcoming:
+        raise _damaged(path, f"job id {issued} was issued, yet it would issue {upcoming} next: it lost its last "
+                             f"transactions; its journal {path.name}-wal is damaged or was removed")
 
 
 @contextmanager
@@ -213,20 +255,30 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     try:
         yield conn
     except BaseException:
+        _reserved.pop(id(conn), None)
         conn.execute("ROLLBACK")
         raise
     else:
         conn.execute("COMMIT")
+        reserved = _reserved.pop(id(conn), None)
+        if reserved:
+            try:
+                record_issued(*reserved)
+            except (OSError, StateError):
+                pass  # committed all the same (a full disk, say); the next submission records it
 
 
 def next_job_ids(conn: sqlite3.Connection, count: int = 1) -> int:
-    """Reserve ``count`` consecutive ids (call inside a transaction); returns the first."""
+    """Reserve ``count`` consecutive ids (call inside a transaction); returns the first. The highest
+    is recorded outside the database (:func:`issued_path`) once the transaction commits."""
     first = next_job_id(conn)
     conn.execute(
         "INSERT INTO meta(key, value) VALUES('next_job_id', ?) "
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
         (str(first + count),),
     )
+    main = conn.execute("PRAGMA database_list").fetchone()[2]
+    _reserved[id(conn)] = (Path(main), first + count - 1)
     return first
 
 

@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 _create = True  # False in the controller: a state directory removed under it is never made again
+_trusted: set[Path] = set()  # state directories this process has checked (see _check_trusted)
+
+
+class StateDirError(PermissionError):
+    """The state directory cannot be used: another user owns or can write it (or a folder above
+    it), or it cannot be read. The message says which folder and what to do."""
 
 
 def never_create() -> None:
@@ -23,17 +30,50 @@ def state_dir() -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_state_dir("hpcnb")) / "slurm"
-    if not path.is_dir():
-        if not _create:
-            raise FileNotFoundError(f"the state directory {path} was removed")
-        old = os.umask(0o077)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        finally:
-            os.umask(old)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
+    try:
+        if not path.is_dir():
+            if not _create:
+                raise FileNotFoundError(f"the state directory {path} was removed")
+            old = os.umask(0o077)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            finally:
+                os.umask(old)
+        _check_trusted(path)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+    except (StateDirError, FileNotFoundError):
+        raise
+    except OSError as err:  # a folder on the way that this user cannot enter, say
+        raise StateDirError(f"cannot use the local Slurm's state directory {path}: "
+                            f"{err.strerror or err} ({err.filename or path})") from err
     return path
+
+
+def _check_trusted(path: Path) -> None:
+    """Refuse a state directory that another user owns or can write, or below a folder that another
+    user (not root) owns or can write without the sticky bit: they could swap in a job script that
+    this user (root, even) would then run. As ssh refuses such keys; checked once per process."""
+    real = path.resolve()
+    if real in _trusted:
+        return
+    me = os.getuid()
+    for folder in (real, *real.parents):
+        info = folder.stat()
+        mine = info.st_uid == me
+        if folder == real and not mine:
+            why = f"is owned by uid {info.st_uid}, not by you (uid {me})"
+        elif info.st_uid not in (me, 0):
+            why = f"is owned by uid {info.st_uid}, neither you (uid {me}) nor root"
+        elif info.st_mode & 0o022 and (folder == real or not info.st_mode & stat.S_ISVTX):
+            why = f"can be written by {'every user' if info.st_mode & 0o002 else 'its group'}"
+        else:
+            continue
+        where = "the state directory" if folder == real else f"its parent folder {folder}"
+        raise StateDirError(
+            f"the local Slurm refuses its state directory {path}: {where} {why}, so another user could "
+            "change your jobs. Use a folder of your own (HPCNB_STATE_DIR), or fix the owner and mode.")
+    _trusted.add(real)
 
 
 def db_path() -> Path:
@@ -57,6 +97,8 @@ def job_dir(job_id: int) -> Path:
     root = state_dir() / "jobs"
     if not root.is_dir():
         root.mkdir(mode=0o700, exist_ok=True)
+    elif root.stat().st_uid != os.getuid():
+        raise StateDirError(f"the local Slurm refuses {root}: it is owned by uid {root.stat().st_uid}, not by you")
     elif root.stat().st_mode & 0o077:
         root.chmod(0o700)  # made by an older version with the umask's mode
     path = root / str(job_id)

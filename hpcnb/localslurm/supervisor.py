@@ -6,12 +6,14 @@ in its tree and dies with the job.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import resource
 import shutil
 import signal
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -522,10 +524,15 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     opened: list[int] = []
     try:
         what, where = "stdout", out_path
-        out_fd = os.open(out_path, flags, 0o644)
+        out_fd = _open_output(sup, out_path, flags)
+        if isinstance(out_fd, Outcome):
+            return out_fd
         opened.append(out_fd)
         what, where = "stderr", err_path
-        err_fd = out_fd if err_path == out_path else os.open(err_path, flags, 0o644)
+        err_fd = out_fd if err_path == out_path else _open_output(sup, err_path, flags)
+        if isinstance(err_fd, Outcome):
+            os.close(out_fd)
+            return err_fd
         opened.append(err_fd)
         what, where = "stdin", os.path.join(workdir, req["input"]) if req["input"] else os.devnull
         in_fd = os.open(where, os.O_RDONLY)
@@ -533,7 +540,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
         for fd in set(opened):
             os.close(fd)
         return _launch_failed(sup, f"Could not open {what} file {where}: {err.strerror}")
-    sup.err_fd = err_fd
+    sup.err_fd = _message_descriptor(err_fd)
     script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
     pid = procs.spawn(batch_argv(script, req.get("script_args", [])), env, workdir, (in_fd, out_fd, err_fd), True,
@@ -558,6 +565,43 @@ def _launch_batch(sup: Supervisor) -> Outcome:
             log(f"[{job['id']}.batch] error: {message}")
             sup._say(f"error: {message}")  # lands only if there is room after all
     return outcome
+
+
+def _open_output(sup: Supervisor, path: str, flags: int) -> int | Outcome:
+    """open(2) an output file as slurmstepd does, except that a FIFO nobody reads yet is waited for
+    here (opened with O_NONBLOCK, again and again), not inside open(2): the time limit and scancel
+    still end the job meanwhile (their outcome is returned). Once open, the descriptor blocks as a
+    plain open's does; for a regular file O_NONBLOCK changes nothing."""
+    job = sup.job
+    deadline = job["start_time"] + job["time_limit"] if job["time_limit"] else None
+    while True:
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: a FIFO without a reader
+                raise
+        else:
+            os.set_blocking(fd, True)
+            return fd
+        if deadline is not None and time.time() >= deadline:
+            return Outcome("TIMEOUT", step_state="CANCELLED", step_signal=signal.SIGTERM)
+        sig = signal.sigtimedwait(WATCHED, 0.1)
+        if sig is not None and sig.si_signo == signal.SIGUSR2:
+            outcome = sup._control()
+            if outcome is not None:
+                return outcome
+
+
+def _message_descriptor(fd: int) -> int:
+    """Where the supervisor writes its own messages (the CANCELLED line...): ``fd``, or for a FIFO a
+    non-blocking descriptor of its own, so that a reader that stopped reading cannot hold the
+    supervisor (a message that does not fit is dropped)."""
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        return fd
+    try:
+        return os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return fd
 
 
 _LOGIN_BASH = re.compile(r"#![ \t]*(/\S*/bash)((?:[ \t]+-\S+)+)[ \t]*")

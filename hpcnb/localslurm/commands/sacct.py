@@ -213,7 +213,7 @@ def main(argv: list[str]) -> int:
         "sacct", argv, "j:XPpno:as:S:E:u:lbD",
         ["jobs=", "allocations", "parsable2", "parsable", "noheader", "format=", "allusers", "state=",
          "starttime=", "endtime=", "user=", "long", "brief", "units=", "duplicates", "noconvert", "helpformat",
-         "name="],
+         "name=", "delimiter="],
     )
     if any(opt == "--helpformat" for opt, _ in opts):
         names = sorted(WIDTHS)
@@ -239,6 +239,8 @@ def main(argv: list[str]) -> int:
             states = {STATE_CODES.get(s.upper(), s.upper()) for s in val.split(",")}
         elif opt == "--name":
             names = set(val.split(","))
+    delimiter = next((val for opt, val in reversed(opts) if opt == "--delimiter"), "|")
+    sep = sep and delimiter  # used with -p/-P alone, as in sacct
     if any(opt in ("-b", "--brief") for opt, _ in opts):
         chosen.append("JobID,State,ExitCode")  # after any -o fields
     fields = ",".join(chosen) or DEFAULT_FIELDS
