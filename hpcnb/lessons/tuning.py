@@ -55,7 +55,8 @@ __all__ = [
     "set_threads", "make_model", "make_loader", "measure_step", "measure_loop",
     "sweep_batch_size", "stopped_growing", "pick_batch", "profile_split", "profile_ops", "bottleneck",
     "DeviceBatches", "sweep_workers", "sweep_threads", "compare_loader_options", "compare_precision",
-    "compare_device_options", "precisions", "compile_available", "compile_budget", "measure_compile", "before_after", "speedup", "best_config", "sweep_verdict", "write_rows", "read_rows",
+    "compare_device_options", "precisions", "compile_available", "compile_budget", "measure_compile",
+    "before_after", "speedup", "best_config", "sweep_verdict", "write_rows", "read_rows",
     "markdown_table", "plot_tuning",
 ]
 
@@ -256,10 +257,10 @@ class DeviceBatches:
     def __init__(self, dataset, batch_size: int, dev: str, seed: int = 0):
         if len(dataset) < batch_size:
             raise ValueError(f"dataset has {len(dataset)} samples, fewer than one batch of {batch_size}")
-        self.data, self.batch_size, self.dev = dataset, batch_size, dev
-        self.protos = dataset._prototypes().to(dev)
         import torch
 
+        self.data, self.batch_size, self.dev = dataset, batch_size, dev
+        self.protos = dataset._prototypes().to(dev)
         self.gen = torch.Generator(device=dev).manual_seed(seed)
         self.shifts = torch.Generator().manual_seed(seed)
 
@@ -793,8 +794,8 @@ def compare_loader_options(cfg: Config, dataset, *, dev: str | None = None, epoc
     ``persistent_workers=True`` keeps the workers alive between epochs; ``prefetch_factor``
     batches each worker prepares ahead (default 2); ``pin_memory=True`` puts batches in
     page-locked memory so the copy to a GPU can be asynchronous; ``data_on_device=True`` (GPU
-    only) makes the batches on the GPU (:class:`DeviceBatches`), with no CPU worker in between. Options that cannot apply
-    here are reported as ``skipped`` rows with the reason.
+    only) makes the batches on the GPU (:class:`DeviceBatches`), with no CPU worker in between.
+    Options that cannot apply here are reported as ``skipped`` rows with the reason.
     """
     dev = dev or device()
     rows = [measure_loop(cfg, dataset, dev=dev, epochs=epochs, experiment="loader", setting="current")]
