@@ -412,3 +412,25 @@ def test_new_knobs_round_trip_through_csv(tmp_path: Path) -> None:
     cfg = tu.Config(data_on_device=True, tf32=True, channels_last=True)
     row = tu._row("device", "x", "loop", cfg, "cuda", samples_per_s=1.0)
     assert tu.Config.from_row(tu.read_rows(tu.write_rows(tmp_path / "r.csv", [row]))[0]) == cfg
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_batches_are_made_there_and_tf32_follows_the_config() -> None:
+    import torch
+
+    ds = tu.SyntheticImages(n=64, work=2)
+    x, y = next(iter(tu.make_loader(ds, tu.Config(batch_size=32, data_on_device=True), dev="cuda")))
+    assert x.is_cuda and y.is_cuda
+    rows = tu.compare_device_options(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda", epochs=1)
+    assert [r["setting"] for r in rows] == ["current", "tf32=True", "channels_last=True"]
+    assert all(r["status"] == "ok" for r in rows)
+    tu._Trainer(tu.Config(tf32=False), "cuda")
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    name, _ = tu.bottleneck(tu.profile_split(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda"))
+    assert name in ("data loading", "the device", "no conclusion")
