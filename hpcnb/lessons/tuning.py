@@ -1046,7 +1046,7 @@ def plot_tuning(rows: Iterable[Mapping[str, Any]], title: str = ""):
 
     rows = list(rows)
     bs = [r for r in rows if r["experiment"] == "batch_size"]
-    groups = [g for g in ("num_workers", "threads", "loader", "precision", "compile")
+    groups = [g for g in ("num_workers", "threads", "loader", "precision", "device", "compile")
               if any(r["experiment"] == g and r["status"] == "ok" for r in rows)]
     ba = [r for r in rows if r["experiment"] == "before_after"]
     panels = 1 + len(groups) + (1 if ba else 0)
