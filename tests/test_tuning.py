@@ -317,3 +317,120 @@ def test_the_before_after_speedup_is_judged_by_the_runs_spread() -> None:
     assert "did not measurably help" in tu.speedup(before, barely)[3]  # 1.07x, inside the spread
     assert tu.speedup(clearly, before)[3] == "the tuned loop is slower"
     assert tu.speedup({"samples_per_s": 100.0}, {"samples_per_s": 50.0})[:3] == (0.5, 0.5, 0.5)  # one run each
+
+
+# --------------------------------------------------------------------------- bottleneck and the GPU's knobs
+
+def _profile(load: tuple[float, float], step: tuple[float, float], loop: float) -> list[dict]:
+    """profile_split-like rows from (slowest, fastest) samples/s of loading and of the step alone."""
+    rows = []
+    for name, (low, high) in (("data loading only", load), ("model step only", step), ("training loop", (loop, loop))):
+        rows.append(tu._row("profile", name, "profile", tu.Config(batch_size=1024), "cuda",
+                            samples_per_s=(low + high) / 2, samples_per_s_min=low, samples_per_s_max=high))
+    return rows
+
+
+def test_bottleneck_names_the_slower_part_beyond_the_spread() -> None:
+    name, text = tu.bottleneck(_profile((1500, 1800), (380_000, 420_000), 1650))  # the H200's figures
+    assert name == "data loading"
+    assert text.startswith("bottleneck: data loading (data loading alone 1,650 samples/s, model step alone 400,000)")
+    assert text.endswith("the training loop runs 1,650 samples/s, 0.4% of the model step alone")
+    assert tu.bottleneck(_profile((900_000, 1e6), (380_000, 420_000), 390_000))[0] == "the device"
+    assert tu.bottleneck(_profile((350_000, 450_000), (380_000, 420_000), 300_000))[0] == "no conclusion"
+    with pytest.raises(ValueError, match="training loop"):
+        tu.bottleneck(_profile((1, 2), (3, 4), 1)[:2])
+
+
+def test_profile_split_rows_carry_their_spread_and_name_a_bottleneck() -> None:
+    rows = tu.profile_split(tu.Config(batch_size=8), tu.SyntheticImages(n=32, work=2), dev="cpu", batches=3,
+                            experiment="profile_tuned")
+    for row in rows:
+        assert row["experiment"] == "profile_tuned"
+        assert row["samples_per_s_min"] <= row["samples_per_s"] <= row["samples_per_s_max"], row
+    assert tu.bottleneck(rows)[0] in ("data loading", "the device", "no conclusion")
+
+
+def _sweep(*rates: tuple[float, float]) -> list[dict]:
+    return [tu._row("batch_size", str(16 * 2**i), "step", tu.Config(batch_size=16 * 2**i), "cuda",
+                    samples_per_s=(lo + hi) / 2, samples_per_s_min=lo, samples_per_s_max=hi)
+            for i, (lo, hi) in enumerate(rates)]
+
+
+def test_batch_sweep_stops_where_throughput_stops_growing_beyond_its_spread() -> None:
+    growing = _sweep((100, 110), (190, 210), (390, 410))
+    assert not tu.stopped_growing(growing)
+    level = _sweep((100, 110), (190, 210), (200, 215), (205, 220))  # both last sizes within the best's spread
+    assert tu.stopped_growing(level)
+    assert not tu.stopped_growing(level[:3])  # one flat size is not yet enough
+    assert not tu.stopped_growing(_sweep((100, 110), (190, 210), (200, 215), (260, 280)))
+
+
+def test_batch_sweep_ends_at_the_plateau_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    rates = {4: 100.0, 8: 200.0, 16: 205.0, 32: 203.0, 64: 900.0}
+
+    def fake(cfg, **kw):
+        r = rates[cfg.batch_size]
+        return tu._row("batch_size", str(cfg.batch_size), "step", cfg, "cpu", samples_per_s=r,
+                       samples_per_s_min=0.95 * r, samples_per_s_max=1.05 * r)
+
+    monkeypatch.setattr(tu, "_measure_step", fake)
+    rows = tu.sweep_batch_size(tu.Config(), sizes=[4, 8, 16, 32, 64], dev="cpu")
+    assert [r["batch_size"] for r in rows] == [4, 8, 16, 32]
+    assert "stopped growing" in rows[-1]["note"]
+    assert len(tu.sweep_batch_size(tu.Config(), sizes=[4, 8, 16, 32, 64], dev="cpu", patience=None)) == 5
+
+
+def test_device_batches_follow_the_datasets_recipe_on_the_device() -> None:
+    ds = tu.SyntheticImages(n=40, work=2)
+    batches = list(tu.make_loader(ds, tu.Config(batch_size=16, data_on_device=True), dev="cpu"))
+    assert len(batches) == 2
+    x, y = batches[0]
+    assert x.shape == (16, 3, 32, 32) and y.shape == (16,) and int(y.max()) < ds.classes
+    assert abs(float(x.mean())) < 1e-4 and abs(float(x[0].std()) - 1) < 1e-3  # normalised per image
+    loop = tu.measure_loop(tu.Config(batch_size=8, data_on_device=True), ds, dev="cpu", epochs=1)
+    assert loop["samples"] == 40 and loop["data_on_device"] is True
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        tu.DeviceBatches(ds, 64, "cpu")
+
+
+def test_device_options_on_cpu_skip_tf32_and_try_channels_last() -> None:
+    rows = tu.compare_device_options(tu.Config(batch_size=8), tu.SyntheticImages(n=16, work=0), dev="cpu", epochs=1)
+    assert [(r["setting"], r["status"]) for r in rows] == [
+        ("current", "ok"), ("tf32=True", "skipped"), ("channels_last=True", "ok")]
+    assert rows[2]["channels_last"] is True and "GPU" in rows[1]["note"]
+    with pytest.raises(ValueError, match="TF32"):
+        tu.measure_step(tu.Config(tf32=True), dev="cpu")
+
+
+def test_compile_budget_is_longer_on_a_gpu_and_the_skip_says_whose() -> None:
+    assert tu.compile_budget("cuda") > tu.compile_budget("cpu") >= 30
+    rows = tu.measure_compile(tu.Config(batch_size=8), tu.SyntheticImages(n=16, work=0), dev="cpu", budget_s=0.5)
+    assert "0.5 s budget on cpu" in rows[0]["note"]
+
+
+def test_new_knobs_round_trip_through_csv(tmp_path: Path) -> None:
+    cfg = tu.Config(data_on_device=True, tf32=True, channels_last=True)
+    row = tu._row("device", "x", "loop", cfg, "cuda", samples_per_s=1.0)
+    assert tu.Config.from_row(tu.read_rows(tu.write_rows(tmp_path / "r.csv", [row]))[0]) == cfg
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_batches_are_made_there_and_tf32_follows_the_config() -> None:
+    import torch
+
+    ds = tu.SyntheticImages(n=64, work=2)
+    x, y = next(iter(tu.make_loader(ds, tu.Config(batch_size=32, data_on_device=True), dev="cuda")))
+    assert x.is_cuda and y.is_cuda
+    rows = tu.compare_device_options(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda", epochs=1)
+    assert [r["setting"] for r in rows] == ["current", "tf32=True", "channels_last=True"]
+    assert all(r["status"] == "ok" for r in rows)
+    tu._Trainer(tu.Config(tf32=False), "cuda")
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    name, _ = tu.bottleneck(tu.profile_split(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda"))
+    assert name in ("data loading", "the device", "no conclusion")

@@ -13,16 +13,22 @@ The helpers return **tidy rows** (one dict per measured configuration, columns
 * :func:`device` — ``"cuda"`` when PyTorch sees a GPU, else ``"cpu"``.
 * :func:`cpus_for_job` / :func:`dataloader_workers` — the CPUs Slurm gave this task
   (``SLURM_CPUS_PER_TASK``), never ``os.cpu_count()`` (that counts the whole node).
-* :func:`sweep_batch_size` — model-step throughput vs batch size; on a GPU it doubles the
-  batch until the GPU runs out of memory (the OOM is caught and reported).
+* :func:`sweep_batch_size` — model-step throughput vs batch size; it doubles the batch until
+  the throughput stops growing beyond its spread (:func:`stopped_growing`) or, on a GPU, its
+  memory runs out (the OOM is caught and reported).
 * :func:`profile_split` / :func:`profile_ops` — where the time goes: data loading alone vs
-  the model step alone vs the training loop, and the top operators from ``torch.profiler``.
+  the model step alone vs the training loop, and the top operators from ``torch.profiler``;
+  :func:`bottleneck` names the part that holds the loop back.
+* :class:`DeviceBatches` — batches made on the device itself (``data_on_device``): the fix when
+  CPU workers cannot feed a GPU.
 * :func:`sweep_workers`, :func:`sweep_threads` (intra-op threads of the training process),
   :func:`compare_loader_options` (``persistent_workers``,
-  ``prefetch_factor``, ``pin_memory`` on a GPU), :func:`compare_precision` (bf16 autocast on
-  CPU; fp16 and bf16 on a GPU) — full training loops, one row per setting.
-* :func:`measure_compile` — ``torch.compile`` in a separate process under a time budget,
-  skipped with a note when it is unavailable, too slow to compile, or not faster.
+  ``prefetch_factor``, ``pin_memory`` and ``data_on_device`` on a GPU), :func:`compare_precision`
+  (bf16 autocast on CPU; fp16 and bf16 on a GPU), :func:`compare_device_options` (TF32,
+  ``channels_last``) — full training loops, one row per setting.
+* :func:`measure_compile` — ``torch.compile`` in a separate process under a time budget
+  (:func:`compile_budget`: longer on a GPU), skipped with a note when it is unavailable, too
+  slow to compile, or not faster.
 * :func:`before_after` — the untuned and the tuned configuration, measured alternately.
 
 ``import hpcnb.lessons.tuning`` does not import torch; the functions do.
@@ -47,20 +53,22 @@ from typing import Any
 __all__ = [
     "COLUMNS", "Config", "SyntheticImages", "device", "cpus_for_job", "dataloader_workers",
     "set_threads", "make_model", "make_loader", "measure_step", "measure_loop",
-    "sweep_batch_size", "pick_batch", "profile_split", "profile_ops", "sweep_workers", "sweep_threads",
-    "compare_loader_options", "compare_precision", "precisions", "compile_available",
-    "measure_compile", "before_after", "speedup", "best_config", "sweep_verdict", "write_rows", "read_rows",
+    "sweep_batch_size", "stopped_growing", "pick_batch", "profile_split", "profile_ops", "bottleneck",
+    "DeviceBatches", "sweep_workers", "sweep_threads", "compare_loader_options", "compare_precision",
+    "compare_device_options", "precisions", "compile_available", "compile_budget", "measure_compile",
+    "before_after", "speedup", "best_config", "sweep_verdict", "write_rows", "read_rows",
     "markdown_table", "plot_tuning",
 ]
 
 COLUMNS = (
     "experiment", "setting", "measure", "device", "batch_size", "num_workers", "threads", "pin_memory",
-    "persistent_workers", "prefetch_factor", "precision", "compile", "samples", "seconds",
+    "persistent_workers", "prefetch_factor", "data_on_device", "precision", "tf32", "channels_last",
+    "compile", "samples", "seconds",
     "samples_per_s", "samples_per_s_min", "samples_per_s_max", "peak_mem_mb", "status", "note",
 )
 _INT = {"batch_size", "num_workers", "threads", "prefetch_factor", "samples"}
 _FLOAT = {"seconds", "samples_per_s", "samples_per_s_min", "samples_per_s_max", "peak_mem_mb"}
-_BOOL = {"pin_memory", "persistent_workers", "compile"}
+_BOOL = {"pin_memory", "persistent_workers", "data_on_device", "tf32", "channels_last", "compile"}
 
 
 # --------------------------------------------------------------------------- configuration
@@ -75,7 +83,10 @@ class Config:
     ``precision`` is ``"fp32"``, ``"bf16"`` or ``"fp16"`` (autocast; fp16 only on a GPU, with
     a gradient scaler). ``prefetch_factor`` ``None`` means PyTorch's default (2 batches per
     worker). ``persistent_workers``/``prefetch_factor`` only matter with ``num_workers > 0``,
-    ``pin_memory`` only when batches are copied to a GPU.
+    ``pin_memory`` only when batches are copied to a GPU (then the copy is ``non_blocking``).
+    ``data_on_device`` makes the batches on the device instead (:class:`DeviceBatches`; no
+    DataLoader). ``tf32`` lets a GPU's matrix products and convolutions use TF32 (``False``:
+    strict float32, also for cuDNN); ``channels_last`` stores images as NHWC.
     """
 
     batch_size: int = 32
@@ -84,7 +95,10 @@ class Config:
     pin_memory: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = None
+    data_on_device: bool = False
     precision: str = "fp32"
+    tf32: bool = False
+    channels_last: bool = False
     compile: bool = False
 
     def replace(self, **changes: Any) -> Config:
@@ -231,10 +245,56 @@ def make_model(size: int = 32, classes: int = 10, width: int = 16):
     )
 
 
-def make_loader(dataset, cfg: Config, shuffle: bool = True, seed: int = 0):
-    """A DataLoader for ``cfg`` (options that need workers are left out when there are none)."""
+class DeviceBatches:
+    """Batches of ``dataset``'s kind made on ``dev`` itself: one epoch of ``len(dataset) // batch``.
+
+    The same recipe as :class:`SyntheticImages` (class prototype + noise, ``work`` rounds of
+    shift, flip and blur, then normalisation), vectorised over the batch on the device (one shift
+    per batch, a flip per sample), so no CPU worker stands between the data and a GPU. For real
+    data the same fix is to keep the decoded dataset on the GPU and augment it there.
+    """
+
+    def __init__(self, dataset, batch_size: int, dev: str, seed: int = 0):
+        if len(dataset) < batch_size:
+            raise ValueError(f"dataset has {len(dataset)} samples, fewer than one batch of {batch_size}")
+        import torch
+
+        self.data, self.batch_size, self.dev = dataset, batch_size, dev
+        self.protos = dataset._prototypes().to(dev)
+        self.gen = torch.Generator(device=dev).manual_seed(seed)
+        self.shifts = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return len(self.data) // self.batch_size
+
+    def __iter__(self):
+        for _ in range(len(self)):
+            yield self._batch()
+
+    def _batch(self):
+        import torch
+
+        n, size, g = self.batch_size, self.data.size, self.gen
+        labels = torch.randint(self.data.classes, (n,), device=self.dev, generator=g)
+        img = self.protos[labels] + 0.8 * torch.randn(n, 3, size, size, device=self.dev, generator=g)
+        for _ in range(self.data.work):
+            dx, dy = torch.randint(-2, 3, (2,), generator=self.shifts).tolist()  # on the CPU: no sync
+            img = torch.roll(img, shifts=(dy, dx), dims=(2, 3))
+            flip = torch.rand(n, 1, 1, 1, device=self.dev, generator=g) < 0.5
+            img = torch.where(flip, img.flip(3), img)
+            img = 0.5 * img + 0.25 * (img.roll(1, 2) + img.roll(1, 3))
+        mean = img.mean(dim=(1, 2, 3), keepdim=True)
+        return (img - mean) / (img.std(dim=(1, 2, 3), keepdim=True) + 1e-6), labels
+
+
+def make_loader(dataset, cfg: Config, shuffle: bool = True, seed: int = 0, dev: str | None = None):
+    """A DataLoader for ``cfg`` (options that need workers are left out when there are none),
+    or :class:`DeviceBatches` on ``dev`` when ``cfg.data_on_device``."""
     import torch
     from torch.utils.data import DataLoader
+
+    if cfg.data_on_device:
+        return DeviceBatches(dataset, cfg.batch_size, dev or device(), seed)
 
     kwargs: dict[str, Any] = {"batch_size": cfg.batch_size, "shuffle": shuffle, "drop_last": True,
                               "num_workers": cfg.num_workers, "pin_memory": cfg.pin_memory,
@@ -287,9 +347,14 @@ class _Trainer:
             raise ValueError(f"precision={cfg.precision!r}: use fp32, bf16 or fp16")
         if cfg.precision == "fp16" and dev != "cuda":
             raise ValueError("fp16 autocast is for GPUs; on a CPU compare bf16")
+        if cfg.tf32 and dev != "cuda":
+            raise ValueError("TF32 is a format of NVIDIA GPUs' tensor cores; a CPU has no TF32")
+        if dev == "cuda":  # process-wide switches: every trainer sets them for its configuration
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
         torch.manual_seed(seed)
         self.dev, self.cfg = dev, cfg
-        self.model = make_model(size, classes).to(dev)
+        self.layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.model = make_model(size, classes).to(dev, memory_format=self.layout)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
         self.amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
@@ -303,7 +368,7 @@ class _Trainer:
 
         amp = torch.autocast(device_type=self.dev, dtype=self.amp) if self.amp else contextlib.nullcontext()
         with amp:
-            loss = F.cross_entropy(self.forward(x), y)
+            loss = F.cross_entropy(self.forward(x.contiguous(memory_format=self.layout)), y)
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -371,7 +436,7 @@ def _measure_loop(cfg: Config, dataset, *, dev: str | None = None, epochs: int =
         torch.cuda.reset_peak_memory_stats()
     samples, start, cut = 0, time.perf_counter(), False
     epoch_ends = []  # (samples so far, clock) at the end of each epoch
-    loader = make_loader(dataset, cfg)
+    loader = make_loader(dataset, cfg, dev=dev)
     for _ in range(epochs):
         for xb, yb in loader:
             trainer.step(*trainer.to_device(xb, yb))
@@ -463,12 +528,25 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, (MemoryError, *((oom,) if oom else ()))) or "out of memory" in str(exc).lower()
 
 
+def stopped_growing(rows: Sequence[Mapping[str, Any]], patience: int = 2) -> bool:
+    """Whether the last ``patience`` successful rows all failed to beat the best row before them
+    beyond the spread (their slowest block no faster than its fastest): the throughput has levelled off."""
+    ok = [r for r in rows if r.get("status", "ok") == "ok" and r.get("samples_per_s")]
+    if len(ok) <= patience:
+        return False
+    best = max(ok[:-patience], key=lambda r: float(r["samples_per_s"]))
+    return all(_extremes(r)[0] <= _extremes(best)[1] for r in ok[-patience:])
+
+
 def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: str | None = None,
-                     seconds: float = 0.4, max_batch: int | None = None) -> list[dict[str, Any]]:
+                     seconds: float = 0.4, max_batch: int | None = None,
+                     patience: int | None = 2) -> list[dict[str, Any]]:
     """Model-step throughput for growing batch sizes (experiment ``batch_size``).
 
     Default sizes: 16 ... 256 on a CPU (time, not memory, is the limit there); on a GPU the
-    batch doubles from 64 until the GPU runs out of memory or ``max_batch`` (default 2**20).
+    batch doubles from 64 up to ``max_batch`` (default 2**20). The sweep ends once the throughput
+    has stopped growing for ``patience`` sizes (:func:`stopped_growing`; ``None``: never), the
+    last row's note saying so: on a big GPU that comes long before its memory runs out.
     An out-of-memory error is caught, reported as a row with status ``OOM``, and ends the sweep.
     Another error at a size after one that worked (e.g. a kernel that cannot index more than
     2**31 elements) ends it too, as a ``failed`` row with the message; at the first size it is raised.
@@ -492,6 +570,9 @@ def sweep_batch_size(cfg: Config, *, sizes: Sequence[int] | None = None, dev: st
             if not _is_oom(exc) and not rows:
                 raise
             failed = exc
+        if failed is None and patience and stopped_growing(rows, patience):
+            rows[-1]["note"] = f"throughput stopped growing for {patience} sizes: the sweep ends here"
+            break
         if failed is not None:
             oom, message = _is_oom(failed), str(failed).splitlines()[0][:160]
             failed = None
@@ -560,45 +641,69 @@ def _judge_sweep(rows: Iterable[Row], min_gain: float) -> tuple[Row, Row, str]:
 
 
 def _profile_split(cfg: Config, dataset, *, dev: str | None = None, batches: int = 6,
-                   max_seconds: float = 1.5) -> list[dict[str, Any]]:
+                   max_seconds: float = 1.5, experiment: str = "profile") -> list[dict[str, Any]]:
     dev = dev or device()
     trainer = _Trainer(cfg, dev, size=dataset.size, classes=dataset.classes)
     n = min(batches, len(dataset) // cfg.batch_size)
     if n < 1:
         raise ValueError("dataset smaller than one batch")
 
-    def timed(batches_of) -> tuple[float, int]:
-        """Seconds per batch over up to ``n`` batches (fewer once ``max_seconds`` have passed)."""
+    def timed(batches_of) -> tuple[float, int, dict[str, float]]:
+        """Seconds per batch over up to ``n`` batches (fewer once ``max_seconds`` have passed),
+        the batches done, and the spread over the batches (:func:`_block_rates`)."""
         _sync(dev)
-        start, done = time.perf_counter(), 0
+        start, ends = time.perf_counter(), []
         for _ in batches_of():
-            done += 1
-            if done == n or time.perf_counter() - start > max_seconds:
+            _sync(dev)
+            ends.append(((len(ends) + 1) * cfg.batch_size, time.perf_counter()))
+            if len(ends) == n or ends[-1][1] - start > max_seconds:
                 break
-        _sync(dev)
-        return (time.perf_counter() - start) / done, done
+        return (ends[-1][1] - start) / len(ends), len(ends), _block_rates(start, ends)
 
-    x, y = trainer.to_device(*next(iter(make_loader(dataset, cfg.replace(num_workers=0)))))
+    x, y = trainer.to_device(*next(iter(make_loader(dataset, cfg.replace(num_workers=0), dev=dev))))
     for _ in range(2):
         trainer.step(x, y)
 
     def load_only():
-        yield from make_loader(dataset, cfg)
+        yield from make_loader(dataset, cfg, dev=dev)
 
     def step_only():
         while True:
             yield trainer.step(x, y)
 
     def loop():
-        for xb, yb in make_loader(dataset, cfg):
+        for xb, yb in make_loader(dataset, cfg, dev=dev):
             yield trainer.step(*trainer.to_device(xb, yb))
 
     parts = {"data loading only": timed(load_only), "model step only": timed(step_only),
              "training loop": timed(loop)}
     total = parts["training loop"][0]
-    return [_row("profile", name, "profile", cfg, dev, samples=done * cfg.batch_size, seconds=sec,
-                 samples_per_s=cfg.batch_size / sec, note=f"{100 * sec / total:.0f}% of a loop step")
-            for name, (sec, done) in parts.items()]
+    return [_row(experiment, name, "profile", cfg, dev, samples=done * cfg.batch_size, seconds=sec,
+                 samples_per_s=cfg.batch_size / sec, note=f"{100 * sec / total:.0f}% of a loop step", **spread)
+            for name, (sec, done, spread) in parts.items()]
+
+
+def bottleneck(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str]:
+    """Which part of :func:`profile_split`'s rows holds the training loop back, and a sentence.
+
+    The slower of *data loading only* and *model step only* is the bottleneck: ``"data
+    loading"`` or ``"the device"`` when one's fastest batch is slower than the other's slowest,
+    ``"no conclusion"`` when their spreads overlap. The sentence adds the loop's rate as a
+    share of the model step alone: what a perfect loader would reach.
+    """
+    from .spread import ratio_range, verdict
+
+    parts = {r["setting"]: r for r in rows}
+    try:
+        load, step, loop = (parts[k] for k in ("data loading only", "model step only", "training loop"))
+    except KeyError as missing:
+        raise ValueError(f"not profile_split rows: no {missing} row") from None
+    _, low, high = ratio_range(_extremes(step), _extremes(load))  # > 1: the step is faster than loading
+    name = verdict(low, high, "data loading", "the device", "no conclusion")
+    rate = float(step["samples_per_s"])
+    return name, (f"bottleneck: {name} (data loading alone {load['samples_per_s']:,.0f} samples/s, "
+                  f"model step alone {rate:,.0f}); the training loop runs {loop['samples_per_s']:,.0f} "
+                  f"samples/s, {loop['samples_per_s'] / rate:.1%} of the model step alone")
 
 
 def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3, top: int = 8,
@@ -609,8 +714,8 @@ def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3
 
     dev = dev or device()
     trainer = _Trainer(cfg, dev, size=dataset.size, classes=dataset.classes)
-    loader = make_loader(dataset, cfg)
-    x, y = trainer.to_device(*next(iter(make_loader(dataset, cfg.replace(num_workers=0)))))
+    loader = make_loader(dataset, cfg, dev=dev)
+    x, y = trainer.to_device(*next(iter(make_loader(dataset, cfg.replace(num_workers=0), dev=dev))))
     trainer.step(x, y)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
     with profile(activities=activities) as prof:
@@ -688,8 +793,9 @@ def compare_loader_options(cfg: Config, dataset, *, dev: str | None = None, epoc
 
     ``persistent_workers=True`` keeps the workers alive between epochs; ``prefetch_factor``
     batches each worker prepares ahead (default 2); ``pin_memory=True`` puts batches in
-    page-locked memory so the copy to a GPU can be asynchronous. Options that cannot apply
-    here are reported as ``skipped`` rows with the reason.
+    page-locked memory so the copy to a GPU can be asynchronous; ``data_on_device=True`` (GPU
+    only) makes the batches on the GPU (:class:`DeviceBatches`), with no CPU worker in between.
+    Options that cannot apply here are reported as ``skipped`` rows with the reason.
     """
     dev = dev or device()
     rows = [measure_loop(cfg, dataset, dev=dev, epochs=epochs, experiment="loader", setting="current")]
@@ -705,9 +811,13 @@ def compare_loader_options(cfg: Config, dataset, *, dev: str | None = None, epoc
     if dev == "cuda":
         if not cfg.pin_memory:
             trials.append(("pin_memory=True", cfg.replace(pin_memory=True), ""))
+        if not cfg.data_on_device:
+            trials.append(("data_on_device=True", cfg.replace(data_on_device=True), ""))
     else:
         rows.append(_row("loader", "pin_memory=True", "loop", cfg, dev, status="skipped",
                          note="pinned memory only speeds up host-to-GPU copies; no GPU here"))
+        rows.append(_row("loader", "data_on_device=True", "loop", cfg, dev, status="skipped",
+                         note="no GPU here: the CPU that computes also makes the data"))
     for name, c, _ in trials:
         rows.append(measure_loop(c, dataset, dev=dev, epochs=epochs, experiment="loader", setting=name))
     return rows
@@ -727,6 +837,22 @@ def compare_precision(cfg: Config, dataset, *, dev: str | None = None, epochs: i
                          experiment="precision", setting=p) for p in order]
 
 
+def compare_device_options(cfg: Config, dataset, *, dev: str | None = None,
+                           epochs: int = 2) -> list[dict[str, Any]]:
+    """TF32 (GPU only: a ``skipped`` row on a CPU) and ``channels_last``, each on top of ``cfg``
+    (experiment ``device``; the current setting first)."""
+    dev = dev or device()
+    rows = [measure_loop(cfg, dataset, dev=dev, epochs=epochs, experiment="device", setting="current")]
+    if dev != "cuda":
+        rows.append(_row("device", "tf32=True", "loop", cfg, dev, status="skipped",
+                         note="TF32 is a format of NVIDIA GPUs' tensor cores (A100 and later); no GPU here"))
+    for name in ("tf32", "channels_last"):
+        if not getattr(cfg, name) and (name != "tf32" or dev == "cuda"):
+            rows.append(measure_loop(cfg.replace(**{name: True}), dataset, dev=dev, epochs=epochs,
+                                     experiment="device", setting=f"{name}=True"))
+    return rows
+
+
 # --------------------------------------------------------------------------- torch.compile
 
 def compile_available() -> tuple[bool, str]:
@@ -744,9 +870,16 @@ def compile_available() -> tuple[bool, str]:
     return True, ""
 
 
+def compile_budget(dev: str | None = None) -> float:
+    """Seconds for compiling and measuring ``torch.compile``: 120 on a GPU (compiling the training
+    step alone took 16.7 s on an H200, and the GPU's kernels are tuned too), 30 on a CPU."""
+    return 120.0 if (dev or device()) == "cuda" else 30.0
+
+
 def measure_compile(cfg: Config, dataset, *, dev: str | None = None, epochs: int = 2,
-                    budget_s: float = 30.0) -> list[dict[str, Any]]:
-    """``torch.compile`` vs eager on the training loop, in a separate process limited to ``budget_s``.
+                    budget_s: float | None = None) -> list[dict[str, Any]]:
+    """``torch.compile`` vs eager on the training loop, in a separate process limited to ``budget_s``
+    (``None``: :func:`compile_budget` of the device).
 
     Compiling takes seconds to minutes (much less the second time: inductor caches its
     kernels), so it runs in a child process that is stopped when the budget runs out. Rows
@@ -755,6 +888,7 @@ def measure_compile(cfg: Config, dataset, *, dev: str | None = None, epochs: int
     to judge from the rows (:func:`best_config`).
     """
     dev = dev or device()
+    budget_s = compile_budget(dev) if budget_s is None else budget_s
     ok, why = compile_available()
     if not ok:
         return [_row("compile", "compiled", "loop", cfg.replace(compile=True), dev, status="skipped",
@@ -772,7 +906,7 @@ def measure_compile(cfg: Config, dataset, *, dev: str | None = None, epochs: int
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return [_row("compile", "compiled", "loop", cfg.replace(compile=True), dev, status="skipped",
-                     note=(f"compiling and measuring took longer than the {budget_s:g} s budget; "
+                     note=(f"compiling and measuring took longer than the {budget_s:g} s budget on {dev}; "
                            "inductor caches compiled kernels, so a second run is faster"))]
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -829,15 +963,17 @@ def before_after(before: Config, after: Config, dataset, *, dev: str | None = No
     return rows
 
 
+def _extremes(row: Mapping[str, Any]) -> list[float]:
+    """A row's slowest and fastest samples/s (one run only: its median is both)."""
+    return [row.get(f"samples_per_s_{end}") or row["samples_per_s"] for end in ("min", "max")]
+
+
 def speedup(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float, float, float, str]:
     """``after``'s samples/s over ``before``'s: (median ratio, lowest, highest, verdict), the range
     from the two rows' slowest and fastest runs (:func:`before_after`); a verdict only outside it."""
     from .spread import ratio_range, verdict
 
-    def extremes(row: Mapping[str, Any]) -> list[float]:  # one run only: its median is both
-        return [row.get(f"samples_per_s_{end}") or row["samples_per_s"] for end in ("min", "max")]
-
-    _, low, high = ratio_range(extremes(after), extremes(before))
+    _, low, high = ratio_range(_extremes(after), _extremes(before))
     return (after["samples_per_s"] / before["samples_per_s"], low, high,
             verdict(low, high, "the tuned loop is faster", "the tuned loop is slower",
                     "the spread covers 1x: the tuning did not measurably help"))
@@ -910,7 +1046,7 @@ def plot_tuning(rows: Iterable[Mapping[str, Any]], title: str = ""):
 
     rows = list(rows)
     bs = [r for r in rows if r["experiment"] == "batch_size"]
-    groups = [g for g in ("num_workers", "threads", "loader", "precision", "compile")
+    groups = [g for g in ("num_workers", "threads", "loader", "precision", "device", "compile")
               if any(r["experiment"] == g and r["status"] == "ok" for r in rows)]
     ba = [r for r in rows if r["experiment"] == "before_after"]
     panels = 1 + len(groups) + (1 if ba else 0)
