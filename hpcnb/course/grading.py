@@ -44,6 +44,7 @@ from typing import Any
 from hpcnb.course import sandbox
 from hpcnb.course.sandbox import Limits, SandboxError
 from hpcnb.course.submissions import SubmissionError, read_submission
+from hpcnb.course.tamper import TAMPERED
 from hpcnb.slurm import sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -508,7 +509,8 @@ class CellGrade:
 
 @dataclass
 class NotebookGrade:
-    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole) or error."""
+    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole), error, or
+    tampered (its graded cells after the tampering score 0: :mod:`hpcnb.course.tamper`)."""
 
     student: str
     notebook: str
@@ -541,9 +543,12 @@ def _cell_errors(autograded: Path) -> dict[str, str]:
         meta = _nbgrader_meta(cell)
         if not meta.get("grade_id") or cell.cell_type != "code":
             continue
-        names = [out.get("ename", "error") for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-        if names:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
-            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in names else names[0]
+        found = {out.get("ename", "error"): out.get("evalue", "") for out in cell.get("outputs", [])
+                 if out.get("output_type") == "error"}
+        if TAMPERED in found:
+            errors[meta["grade_id"]] = f"{TAMPERED}: {found[TAMPERED]}"
+        elif found:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
+            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in found else next(iter(found))
     return errors
 
 
@@ -760,8 +765,11 @@ def _grade_submission(course: Path, out: Path, student_dir: Path, stem: str, sou
         grade.score = 0.0
         for cell in grade.cells.values():
             cell.score = 0.0
+    tampered = [c.error.partition(": ")[2] for c in grade.cells.values() if c.error.startswith(TAMPERED)]
+    if status == "graded" and tampered:  # its tests ran on tampered machinery: nbgrader scored them 0
+        grade.status, grade.message = "tampered", tampered[0]
     feedback = course / "feedback" / student / stem / f"{stem}.html"
-    if status == "graded" and feedback.exists():
+    if status == "graded" and feedback.exists():  # a tampered notebook's shows why too
         dest = out / "feedback" / student / f"{stem}.html"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(feedback, dest)

@@ -29,7 +29,8 @@ sandbox's home): it lives and dies with the sandbox, and never sees the grader's
 The kernel talks ZeroMQ over ``ipc`` sockets in the sandbox's ``/run/kernel``, which the grader
 reaches through ``/proc/PID/root`` (no network is shared). What the feedback then tells the student:
 
-* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note; messages
+* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note (display
+  updates count too: each copy of the data they replace, charged to the running cell); messages
   over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
   costs the grader little memory, and output that never arrived is noted too;
 * a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
@@ -489,6 +490,8 @@ def _execute_class() -> type:
     from nbgrader.preprocessors import Execute
     from traitlets import Integer
 
+    from hpcnb.course import tamper
+
     class SandboxedExecute(Execute):
         """nbgrader's Execute with the kernel in the sandbox and the output of each cell capped."""
 
@@ -501,9 +504,12 @@ def _execute_class() -> type:
             self._output_used: dict[int, int] = {}
             self._idle_seen = False
             self._left: list[str] = []
+            self._cell: Any = None
+            self._cell_index = 0
+            self._baseline: dict[str, str] | None = None
 
         def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-            self._output_used, self._left = {}, []
+            self._output_used, self._left, self._baseline = {}, [], None
             nb, resources = super().preprocess(nb, resources, km)
             if self._left:
                 from nbformat.v4 import new_markdown_cell
@@ -526,7 +532,33 @@ def _execute_class() -> type:
             # what the grader cannot read fast enough) is noted, and the cell still counts.
             self.raise_on_iopub_timeout = False
             self._idle_seen = False
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            if self._baseline is None:  # before any of the student's code ran
+                self._baseline = tamper.parse_state(await self._ask(tamper.STATE_EXPRESSION)) or {}
+            graded = cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade")
+            reasons = await self._tampering() if graded else []
+            result = await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            if graded:
+                reasons += [r for r in await self._tampering() if r not in reasons]
+                if reasons:
+                    cell.outputs.append(tamper.error_output(reasons))
+            return result
+
+        async def _ask(self, expression: str | None = None, code: str = "") -> Any:
+            """Run ``code`` (not in the notebook, not in the history), evaluating ``expression``
+            after it; the execute_reply."""
+            msg_id = self.kc.execute(code, silent=not code, store_history=False, allow_stdin=False,
+                                     stop_on_error=False,
+                                     user_expressions={"state": expression} if expression else None)
+            return await self.async_wait_for_reply(msg_id)
+
+        async def _tampering(self) -> list[str]:
+            """Why the kernel can no longer be trusted to run tests (:mod:`hpcnb.course.tamper`)."""
+            reasons = [] if tamper.canary_failed(await self._ask(code=tamper.canary())) else [
+                "an assert that must fail passed (AST or input transformers, or a trace function)"]
+            state = tamper.parse_state(await self._ask(tamper.STATE_EXPRESSION))
+            if state is None:
+                return [*reasons, "the kernel's state could not be read"]
+            return reasons + (tamper.state_changes(self._baseline, state) if self._baseline else [])
 
         execute_cell = run_sync(async_execute_cell)
 
@@ -560,7 +592,29 @@ def _execute_class() -> type:
         def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
             if msg.get("msg_type") == "status" and msg.get("content", {}).get("execution_state") == "idle":
                 self._idle_seen = True
+            self._cell, self._cell_index = cell, cell_index
             return super().process_message(msg, cell, cell_index)
+
+        def _spend(self, cell_index: int, size: int) -> int:
+            """Count ``size`` bytes of output against the cell; what was left of its cap before."""
+            used = self._output_used.get(cell_index, 0)
+            self._output_used[cell_index] = used + size
+            return self.max_output_bytes - used
+
+        def _capped_note(self) -> Any:
+            return _note(f"this cell printed more than {self.max_output_bytes} bytes: "
+                         "the rest of its output was dropped")
+
+        def _update_display_id(self, display_id: str, msg: dict[str, Any]) -> None:
+            """A display update replaces the data of every output shown with that id: the
+            running cell pays for each copy, and an update over its cap is dropped."""
+            copies = sum(len(ix) for ix in self._display_id_map.get(display_id, {}).values())
+            size = _output_size(msg) * copies
+            left = self._spend(self._cell_index, size) if copies else size
+            if size <= left:
+                super()._update_display_id(display_id, msg)
+            elif left >= 0:
+                self._cell.outputs.append(self._capped_note())
 
         def on_cell_executed(self, **kwargs: Any) -> None:
             super().on_cell_executed(**kwargs)
@@ -576,18 +630,15 @@ def _execute_class() -> type:
                 content["traceback"] = [line[:2000] for line in content.get("traceback", [])[-60:]]
                 content["evalue"] = str(content.get("evalue", ""))[:2000]
                 return super().output(outs, msg, display_id, cell_index)
-            used = self._output_used.get(cell_index, 0)
-            left = self.max_output_bytes - used
             size = _output_size(msg)
-            self._output_used[cell_index] = used + size
+            left = self._spend(cell_index, size)
             if size <= left:
                 return super().output(outs, msg, display_id, cell_index)
             if left > 0 and msg.get("msg_type") == "stream":
                 content["text"] = content.get("text", "")[:left]
                 super().output(outs, msg, display_id, cell_index)
             if left >= 0:
-                outs.append(_note(f"this cell printed more than {self.max_output_bytes} bytes: "
-                                  "the rest of its output was dropped"))
+                outs.append(self._capped_note())
             return None
 
     return SandboxedExecute
