@@ -17,6 +17,8 @@ the kernel when it runs, as in any Jupyter session.
   course checkout: no ``solutions/``, no tests), a generated ``/etc/passwd``, ``/etc/group`` and
   ``/etc/hosts``, and size-limited tmpfs for the home, ``/tmp`` and ``/dev/shm``; the rest is
   read-only. The environment is rebuilt from nothing (no tokens, agents or paths of the grader);
+* before, the launcher enters a cgroup of its own where one can be made (:mod:`hpcnb.course.cgroup`):
+  memory (tmpfs included) and processes are then bounded for the whole sandbox;
 * inside, ``prlimit`` sets :class:`Limits` (CPU seconds, address space, processes and threads,
   file size, open files; no core files) on the command. Processes are counted per sandbox: each
   has its own user namespace, so one submission's fork bomb leaves the next one alone;
@@ -56,6 +58,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hpcnb.course import cgroup
+
 GRADER_USER = "hpcnb-grader"
 STUDENT = "student"
 HOME = f"/home/{STUDENT}"
@@ -84,9 +88,11 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one sandbox may use. rlimits are per process (``processes`` counts threads too);
-    ``disk_bytes`` is the size of each writable tmpfs (home, /tmp, /dev/shm). ``cpu_seconds``
-    None: the notebook's time limit when grading, else DEFAULT_CPU_SECONDS."""
+    """What one sandbox may use. ``memory_bytes`` and ``processes`` bound the whole sandbox (its
+    tmpfs included) where a cgroup can be made (:mod:`hpcnb.course.cgroup`), and each process
+    anyway (rlimits: address space; processes and threads of the sandbox's user); the other
+    rlimits are per process. ``disk_bytes``: the writable tmpfs (home, /tmp, /dev/shm) together.
+    ``cpu_seconds`` None: the notebook's time limit when grading, else DEFAULT_CPU_SECONDS."""
 
     cpu_seconds: int | None = None
     memory_bytes: int = 8 << 30
@@ -106,6 +112,10 @@ class Limits:
             raise ValueError(f"sandbox limit(s) {', '.join(sorted(bad))}: not a whole number of seconds, bytes "
                              "or processes")
         return cls(**{k: None if v is None else int(v) for k, v in values.items()})
+
+    def tmpfs_sizes(self) -> tuple[int, int, int]:
+        """Sizes of the home, /tmp and /dev/shm tmpfs: RAM-backed, ``disk_bytes`` in all."""
+        return self.disk_bytes // 2, self.disk_bytes // 4, self.disk_bytes // 4
 
     def prlimit_args(self) -> list[str]:
         return [f"--cpu={self.cpu_seconds or DEFAULT_CPU_SECONDS}", f"--as={self.memory_bytes}",
@@ -192,9 +202,10 @@ def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limit
             "--new-session", "--hostname", HOSTNAME]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
-    size = str(limits.disk_bytes)  # the writable places first: a bind below one (a venv in /tmp) stays
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
-             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME,
+    home, tmp, shm = (str(size) for size in limits.tmpfs_sizes())
+    # the writable places first: a bind below one (a venv in /tmp) stays
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", shm, "--tmpfs", "/dev/shm",
+             "--size", tmp, "--tmpfs", "/tmp", "--size", home, "--tmpfs", HOME,
              "--size", str(1 << 20), "--tmpfs", "/run", "--dir", KERNEL_DIR]
     for name in TOP_LEVEL:
         top = Path("/") / name
@@ -274,6 +285,7 @@ def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None
         data[CONNECTION_FILE] = os.open(connection_file, os.O_RDONLY)
     info_fd = os.open(info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if info_file else None
     paths = bind_sources()
+    cgroup.enter(f"{cgroup.PREFIX}{os.getpid()}", limits.memory_bytes, limits.processes)
     sources = _stage(paths) if ids else {p: str(p) for p in paths}
     if ids:
         _, most = resource.getrlimit(resource.RLIMIT_NPROC)  # the user namespace's ceiling: the count
@@ -342,6 +354,7 @@ def _kernel_manager_class() -> type:
             self.connection_file = str(self.host_dir / "connection.json")
             self.ip = f"{KERNEL_DIR}/ipc"
             self.sandbox_pid: int | None = None
+            self.launcher_pid: int | None = None
 
         @property
         def info_file(self) -> Path:
@@ -364,6 +377,7 @@ def _kernel_manager_class() -> type:
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             kw["cwd"] = str(self.host_dir)
             await super()._async_launch_kernel(kernel_cmd, **kw)
+            self.launcher_pid = getattr(self.provisioner, "pid", None)  # its cgroup's name
             deadline = time.monotonic() + START_TIMEOUT
             while (pid := _sandbox_pid(self.info_file)) is None:
                 if not await self.is_alive():
@@ -430,6 +444,8 @@ def _kernel_manager_class() -> type:
 
         async def _async_cleanup_resources(self, restart: bool = False) -> None:
             await super()._async_cleanup_resources(restart=restart)
+            if self.launcher_pid is not None:
+                await asyncio.to_thread(cgroup.remove, f"{cgroup.PREFIX}{self.launcher_pid}")
             if not restart:
                 shutil.rmtree(self.host_dir, ignore_errors=True)
 
