@@ -24,7 +24,7 @@ from typing import Any
 TAMPERED = "HpcnbTampered"  # the error name a tampered graded cell gets
 STATE_EXPRESSION = "__import__('hpcnb.course.tamper', fromlist=['kernel_state']).kernel_state()"
 WATCHED_BUILTINS = ("AssertionError", "BaseException", "Exception", "__import__", "__build_class__",
-                    "compile", "eval", "exec", "isinstance", "issubclass", "print", "type")
+                    "compile", "eval", "exec", "isinstance", "issubclass", "type")
 WATCHED_METHODS = ("run_cell", "run_cell_async", "run_ast_nodes", "run_code", "transform_cell",
                    "transform_ast", "should_run_async", "showtraceback", "_run_cell")
 
