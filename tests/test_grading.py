@@ -342,7 +342,8 @@ def test_autograde_cli(fixture_exercises: Path, tmp_path: Path, capsys) -> None:
     assert rc == 0
     assert f"ada {FIXTURE_NB}: 5/5" in capsys.readouterr().out
     assert _read_csv(out / "grades.csv") == [
-        {"student": "ada", "notebook": FIXTURE_NB, "score": "5", "max_score": "5", "status": "graded"}]
+        {"student": "ada", "notebook": FIXTURE_NB, "score": "5", "max_score": "5", "status": "graded",
+         "message": ""}]
     assert (out / "feedback" / "ada" / f"{FIXTURE_NB}.html").exists()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcnb.course import sandbox
+from hpcnb.course import cgroup, sandbox
 from hpcnb.course.grading import ROOT, SOLUTIONS_DIR
 
 pytestmark = pytest.mark.skipif(sandbox.shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -168,3 +168,41 @@ def test_cpu_seconds_stop_a_spinning_process() -> None:
     done = in_sandbox("while True:\n    pass", dataclasses.replace(LIMITS, cpu_seconds=1), timeout=60)
     assert done.returncode in (128 + 9, 128 + 24), (done.returncode, done.stderr)  # SIGKILL or SIGXCPU
     assert time.monotonic() - started < 30
+
+
+def test_tmpfs_share_the_disk_limit() -> None:
+    """The RAM-backed home, /tmp and /dev/shm hold ``disk_bytes`` together, not each."""
+    limits = sandbox.Limits(disk_bytes=1 << 30)
+    argv = sandbox.bwrap_argv({}, {}, limits, {}, ["true"])
+    sizes = [int(argv[i + 1]) for i, arg in enumerate(argv) if arg == "--size" and argv[i + 3] != "/run"]
+    assert len(sizes) == 3 and sum(sizes) <= limits.disk_bytes
+
+
+@pytest.mark.skipif(not cgroup.available(), reason="no cgroup can be made here: the limits are per process")
+def test_memory_is_bounded_for_the_whole_sandbox() -> None:
+    """Forked children, and files in the RAM-backed tmpfs, share one memory limit."""
+    limits = dataclasses.replace(LIMITS, memory_bytes=512 << 20, disk_bytes=2 << 30)
+    done = in_sandbox("""
+        import os, time
+        kids = []
+        for _ in range(3):
+            if (pid := os.fork()) == 0:
+                data = b"x" * (200 << 20)
+                time.sleep(3)
+                os._exit(0)
+            kids.append(pid)
+        print("HELD", sum(os.waitpid(pid, 0)[1] == 0 for pid in kids), flush=True)
+        written = 0
+        try:
+            for i in range(100):
+                with open(f"{os.environ['HOME']}/f{i}", "wb") as fh:
+                    fh.write(b"x" * (8 << 20))
+                written += 8
+        except OSError as err:
+            print("TMPFS", err.strerror)
+        print("WROTE", written, flush=True)
+    """, limits)
+    held = int(done.stdout.split("HELD ")[1].split()[0])
+    assert held < 3, done.stdout + done.stderr
+    wrote = done.stdout.split("WROTE ")[1].split()[0] if "WROTE" in done.stdout else "killed"
+    assert wrote == "killed" or int(wrote) < 512, done.stdout + done.stderr

@@ -7,6 +7,8 @@ the course's Jupyter kernel.
   into, each portal user's home;
 * :mod:`hpcnb.course.sandbox` — where student code runs while it is graded (bubblewrap: no network,
   no solutions, limits, a private local Slurm);
+* :mod:`hpcnb.course.submissions`, :mod:`hpcnb.course.tamper`, :mod:`hpcnb.course.cgroup` — submissions
+  read only as plain files, tampering with the tests detected, each sandbox's memory bounded;
 * :mod:`hpcnb.course.kernel` — ``hpcnb kernel install``: the "hpcnb" Jupyter kernel, whose jobs
   find this environment's Slurm commands.
 """

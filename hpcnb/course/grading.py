@@ -46,6 +46,8 @@ from typing import Any
 
 from hpcnb.course import handout, sandbox
 from hpcnb.course.sandbox import Limits, SandboxError
+from hpcnb.course.submissions import SubmissionError, read_submission
+from hpcnb.course.tamper import TAMPERED
 from hpcnb.slurm import sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -547,7 +549,8 @@ class CellGrade:
 
 @dataclass
 class NotebookGrade:
-    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole) or error."""
+    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole), error, or
+    tampered (its graded cells after the tampering score 0: :mod:`hpcnb.course.tamper`)."""
 
     student: str
     notebook: str
@@ -591,9 +594,12 @@ def _cell_errors(autograded: Path) -> dict[str, str]:
         meta = _nbgrader_meta(cell)
         if not meta.get("grade_id") or cell.cell_type != "code":
             continue
-        names = [out.get("ename", "error") for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-        if names:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
-            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in names else names[0]
+        found = {out.get("ename", "error"): out.get("evalue", "") for out in cell.get("outputs", [])
+                 if out.get("output_type") == "error"}
+        if TAMPERED in found:
+            errors[meta["grade_id"]] = f"{TAMPERED}: {found[TAMPERED]}"
+        elif found:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
+            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in found else next(iter(found))
     return errors
 
 
@@ -706,7 +712,8 @@ def autograde(
 ) -> list[NotebookGrade]:
     """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
 
-    ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status), ``cells.csv`` (one
+    ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status, message: why a
+    notebook was not graded), ``cells.csv`` (one
     row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
     ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
     (a cell over it is interrupted and scores 0; default: :func:`default_timeout`); ``notebook_timeout``: seconds for one whole
@@ -740,60 +747,92 @@ def autograde(
         (course / "tmp").mkdir()
         for student_dir in students:
             student = student_dir.name
-            for extra in sorted(student_dir.glob("*.ipynb")):
+            for extra in [] if student_dir.is_symlink() else sorted(student_dir.glob("*.ipynb")):
                 if extra.stem not in sources:
                     say(f"{student}: ignoring {extra.name} (no solution notebook of that name)")
             for stem, source in sources.items():
-                submitted = student_dir / f"{stem}.ipynb"
-                if not submitted.exists():
-                    max_score = _max_score(course, stem)
-                    grades.append(NotebookGrade(student, stem, 0.0, max_score, "missing",
-                                                message=f"no {stem}.ipynb submitted"))
-                    say(f"{student} {stem}: missing (0/{max_score:g})")
-                    continue
-                target = course / "submitted" / student / stem
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(submitted, target / f"{stem}.ipynb")
-                limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
-                used = limits or Limits()
-                if used.cpu_seconds is None:
-                    used = replace(used, cpu_seconds=math.ceil(limit))
-                status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
-                score, max_score, cells = _read_grades(course, stem, student)
-                autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
-                for name, ename in _cell_errors(autograded).items():
-                    if name in cells:
-                        cells[name].error = ename
-                grade = NotebookGrade(student, stem, score, max_score, status, cells)
-                if status == "error" and ("Timeout waiting for" in log or "CellTimeoutError" in log):
-                    grade.status = status = "timeout"  # nbclient gave up on a kernel that ignored the interrupt
-                    grade.message = (f"a cell ran past the {timeout} s limit and ignored the interrupt "
-                                     "(KeyboardInterrupt caught?): the notebook could not be graded")
-                elif status != "graded":
-                    grade.message = _error_summary(log) or status
-                if status != "graded":
-                    grade.score = 0.0
-                    for cell in grade.cells.values():
-                        cell.score = 0.0
-                feedback = course / "feedback" / student / stem / f"{stem}.html"
-                dest = out / "feedback" / student / f"{stem}.html"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if status == "graded" and feedback.exists():
-                    shutil.copyfile(feedback, dest)
-                else:  # the student hears why too
-                    dest.write_text(_failure_feedback(grade))
-                grade.feedback = dest
-                if autograded.exists():
-                    dest = out / "autograded" / student / f"{stem}.ipynb"
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(autograded, dest)
+                try:
+                    grade = _grade_submission(course, out, student_dir, stem, source, timeout,
+                                              notebook_timeout, limits)
+                except SubmissionError as err:
+                    grade = _unreadable(course, out, student, stem, str(err))
+                except Exception as err:  # noqa: BLE001 - one student's failure is one row, the rest are graded
+                    grade = _unreadable(course, out, student, stem, f"{type(err).__name__}: {err}")
                 grades.append(grade)
-                timed = f", timed out: {', '.join(grade.timed_out_cells)}" if grade.timed_out_cells else ""
-                note = "" if status == "graded" else f" [{status}: {grade.message}]"
-                say(f"{student} {stem}: {grade.score:g}/{grade.max_score:g}{timed}{note}")
+                say(_summary(grade))
         shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
     _write_csv(out, grades)
     return grades
+
+
+def _unreadable(course: Path, out: Path, student: str, stem: str, reason: str) -> NotebookGrade:
+    """An "error" row for a submission that could not be graded at all, and the student's page."""
+    grade = NotebookGrade(student, stem, 0.0, _max_score(course, stem), "error", message=reason)
+    _write_failure_feedback(out, grade)
+    return grade
+
+
+def _write_failure_feedback(out: Path, grade: NotebookGrade) -> None:
+    dest = out / "feedback" / grade.student / f"{grade.notebook}.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(_failure_feedback(grade))
+    grade.feedback = dest
+
+
+def _summary(grade: NotebookGrade) -> str:
+    timed = f", timed out: {', '.join(grade.timed_out_cells)}" if grade.timed_out_cells else ""
+    note = "" if grade.status == "graded" else f" [{grade.status}: {grade.message}]"
+    return f"{grade.student} {grade.notebook}: {grade.score:g}/{grade.max_score:g}{timed}{note}"
+
+
+def _grade_submission(course: Path, out: Path, student_dir: Path, stem: str, source: Path, timeout: int,
+                      notebook_timeout: float | None, limits: Limits | None) -> NotebookGrade:
+    """Grade one student's notebook (read safely: :func:`~hpcnb.course.submissions.read_submission`)."""
+    student = student_dir.name
+    data = read_submission(student_dir, f"{stem}.ipynb")
+    if data is None:
+        return NotebookGrade(student, stem, 0.0, _max_score(course, stem), "missing",
+                             message=f"no {stem}.ipynb submitted")
+    target = course / "submitted" / student / stem
+    target.mkdir(parents=True, exist_ok=True)
+    (target / f"{stem}.ipynb").write_bytes(data)
+    limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
+    used = limits or Limits()
+    if used.cpu_seconds is None:
+        used = replace(used, cpu_seconds=math.ceil(limit))
+    status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
+    score, max_score, cells = _read_grades(course, stem, student)
+    autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
+    for name, ename in _cell_errors(autograded).items():
+        if name in cells:
+            cells[name].error = ename
+    grade = NotebookGrade(student, stem, score, max_score, status, cells)
+    if status == "error" and ("Timeout waiting for" in log or "CellTimeoutError" in log):
+        grade.status = status = "timeout"  # nbclient gave up on a kernel that ignored the interrupt
+        grade.message = (f"a cell ran past the {timeout} s limit and ignored the interrupt "
+                         "(KeyboardInterrupt caught?): the notebook could not be graded")
+    elif status != "graded":
+        grade.message = _error_summary(log) or status
+    if status != "graded":
+        grade.score = 0.0
+        for cell in grade.cells.values():
+            cell.score = 0.0
+    tampered = [c.error.partition(": ")[2] for c in grade.cells.values() if c.error.startswith(TAMPERED)]
+    if status == "graded" and tampered:  # its tests ran on tampered machinery: nbgrader scored them 0
+        grade.status, grade.message = "tampered", tampered[0]
+    feedback = course / "feedback" / student / stem / f"{stem}.html"
+    if status == "graded" and feedback.exists():  # a tampered notebook's shows why too
+        dest = out / "feedback" / student / f"{stem}.html"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(feedback, dest)
+        grade.feedback = dest
+    else:  # the student hears why too
+        _write_failure_feedback(out, grade)
+    if autograded.exists():
+        dest = out / "autograded" / student / f"{stem}.ipynb"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(autograded, dest)
+    return grade
 
 
 def _failure_feedback(grade: NotebookGrade) -> str:
@@ -809,9 +848,9 @@ def _failure_feedback(grade: NotebookGrade) -> str:
 def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
     with open(out / "grades.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["student", "notebook", "score", "max_score", "status"])
+        writer.writerow(["student", "notebook", "score", "max_score", "status", "message"])
         for g in grades:
-            writer.writerow([g.student, g.notebook, f"{g.score:g}", f"{g.max_score:g}", g.status])
+            writer.writerow([g.student, g.notebook, f"{g.score:g}", f"{g.max_score:g}", g.status, g.message])
     with open(out / "cells.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["student", "notebook", "cell", "score", "max_score", "error"])

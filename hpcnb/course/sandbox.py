@@ -17,6 +17,8 @@ the kernel when it runs, as in any Jupyter session.
   course checkout: no ``solutions/``, no tests), a generated ``/etc/passwd``, ``/etc/group`` and
   ``/etc/hosts``, and size-limited tmpfs for the home, ``/tmp`` and ``/dev/shm``; the rest is
   read-only. The environment is rebuilt from nothing (no tokens, agents or paths of the grader);
+* before, the launcher enters a cgroup of its own where one can be made (:mod:`hpcnb.course.cgroup`):
+  memory (tmpfs included) and processes are then bounded for the whole sandbox;
 * inside, ``prlimit`` sets :class:`Limits` (CPU seconds, address space, processes and threads,
   file size, open files; no core files) on the command. Processes are counted per sandbox: each
   has its own user namespace, so one submission's fork bomb leaves the next one alone;
@@ -29,7 +31,8 @@ sandbox's home): it lives and dies with the sandbox, and never sees the grader's
 The kernel talks ZeroMQ over ``ipc`` sockets in the sandbox's ``/run/kernel``, which the grader
 reaches through ``/proc/PID/root`` (no network is shared). What the feedback then tells the student:
 
-* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note; messages
+* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note (display
+  updates count too: each copy of the data they replace, charged to the running cell); messages
   over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
   costs the grader little memory, and output that never arrived is noted too;
 * a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
@@ -54,6 +57,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
+
+from hpcnb.course import cgroup
 
 GRADER_USER = "hpcnb-grader"
 STUDENT = "student"
@@ -83,9 +88,11 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one sandbox may use. rlimits are per process (``processes`` counts threads too);
-    ``disk_bytes`` is the size of each writable tmpfs (home, /tmp, /dev/shm). ``cpu_seconds``
-    None: the notebook's time limit when grading, else DEFAULT_CPU_SECONDS."""
+    """What one sandbox may use. ``memory_bytes`` and ``processes`` bound the whole sandbox (its
+    tmpfs included) where a cgroup can be made (:mod:`hpcnb.course.cgroup`), and each process
+    anyway (rlimits: address space; processes and threads of the sandbox's user); the other
+    rlimits are per process. ``disk_bytes``: the writable tmpfs (home, /tmp, /dev/shm) together.
+    ``cpu_seconds`` None: the notebook's time limit when grading, else DEFAULT_CPU_SECONDS."""
 
     cpu_seconds: int | None = None
     memory_bytes: int = 8 << 30
@@ -105,6 +112,10 @@ class Limits:
             raise ValueError(f"sandbox limit(s) {', '.join(sorted(bad))}: not a whole number of seconds, bytes "
                              "or processes")
         return cls(**{k: None if v is None else int(v) for k, v in values.items()})
+
+    def tmpfs_sizes(self) -> tuple[int, int, int]:
+        """Sizes of the home, /tmp and /dev/shm tmpfs: RAM-backed, ``disk_bytes`` in all."""
+        return self.disk_bytes // 2, self.disk_bytes // 4, self.disk_bytes // 4
 
     def prlimit_args(self) -> list[str]:
         return [f"--cpu={self.cpu_seconds or DEFAULT_CPU_SECONDS}", f"--as={self.memory_bytes}",
@@ -191,9 +202,10 @@ def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limit
             "--new-session", "--hostname", HOSTNAME]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
-    size = str(limits.disk_bytes)  # the writable places first: a bind below one (a venv in /tmp) stays
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
-             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", HOME,
+    home, tmp, shm = (str(size) for size in limits.tmpfs_sizes())
+    # the writable places first: a bind below one (a venv in /tmp) stays
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", shm, "--tmpfs", "/dev/shm",
+             "--size", tmp, "--tmpfs", "/tmp", "--size", home, "--tmpfs", HOME,
              "--size", str(1 << 20), "--tmpfs", "/run", "--dir", KERNEL_DIR]
     for name in TOP_LEVEL:
         top = Path("/") / name
@@ -273,6 +285,7 @@ def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None
         data[CONNECTION_FILE] = os.open(connection_file, os.O_RDONLY)
     info_fd = os.open(info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if info_file else None
     paths = bind_sources()
+    cgroup.enter(f"{cgroup.PREFIX}{os.getpid()}", limits.memory_bytes, limits.processes)
     sources = _stage(paths) if ids else {p: str(p) for p in paths}
     if ids:
         _, most = resource.getrlimit(resource.RLIMIT_NPROC)  # the user namespace's ceiling: the count
@@ -341,6 +354,7 @@ def _kernel_manager_class() -> type:
             self.connection_file = str(self.host_dir / "connection.json")
             self.ip = f"{KERNEL_DIR}/ipc"
             self.sandbox_pid: int | None = None
+            self.launcher_pid: int | None = None
 
         @property
         def info_file(self) -> Path:
@@ -363,6 +377,7 @@ def _kernel_manager_class() -> type:
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             kw["cwd"] = str(self.host_dir)
             await super()._async_launch_kernel(kernel_cmd, **kw)
+            self.launcher_pid = getattr(self.provisioner, "pid", None)  # its cgroup's name
             deadline = time.monotonic() + START_TIMEOUT
             while (pid := _sandbox_pid(self.info_file)) is None:
                 if not await self.is_alive():
@@ -429,6 +444,8 @@ def _kernel_manager_class() -> type:
 
         async def _async_cleanup_resources(self, restart: bool = False) -> None:
             await super()._async_cleanup_resources(restart=restart)
+            if self.launcher_pid is not None:
+                await asyncio.to_thread(cgroup.remove, f"{cgroup.PREFIX}{self.launcher_pid}")
             if not restart:
                 shutil.rmtree(self.host_dir, ignore_errors=True)
 
@@ -489,6 +506,8 @@ def _execute_class() -> type:
     from nbgrader.preprocessors import Execute
     from traitlets import Integer
 
+    from hpcnb.course import tamper
+
     class SandboxedExecute(Execute):
         """nbgrader's Execute with the kernel in the sandbox and the output of each cell capped."""
 
@@ -501,9 +520,12 @@ def _execute_class() -> type:
             self._output_used: dict[int, int] = {}
             self._idle_seen = False
             self._left: list[str] = []
+            self._cell: Any = None
+            self._cell_index = 0
+            self._baseline: dict[str, str] | None = None
 
         def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-            self._output_used, self._left = {}, []
+            self._output_used, self._left, self._baseline = {}, [], None
             nb, resources = super().preprocess(nb, resources, km)
             if self._left:
                 from nbformat.v4 import new_markdown_cell
@@ -526,7 +548,33 @@ def _execute_class() -> type:
             # what the grader cannot read fast enough) is noted, and the cell still counts.
             self.raise_on_iopub_timeout = False
             self._idle_seen = False
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            if self._baseline is None:  # before any of the student's code ran
+                self._baseline = tamper.parse_state(await self._ask(tamper.STATE_EXPRESSION)) or {}
+            graded = cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade")
+            reasons = await self._tampering() if graded else []
+            result = await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            if graded:
+                reasons += [r for r in await self._tampering() if r not in reasons]
+                if reasons:
+                    cell.outputs.append(tamper.error_output(reasons))
+            return result
+
+        async def _ask(self, expression: str | None = None, code: str = "") -> Any:
+            """Run ``code`` (not in the notebook, not in the history), evaluating ``expression``
+            after it; the execute_reply."""
+            msg_id = self.kc.execute(code, silent=not code, store_history=False, allow_stdin=False,
+                                     stop_on_error=False,
+                                     user_expressions={"state": expression} if expression else None)
+            return await self.async_wait_for_reply(msg_id)
+
+        async def _tampering(self) -> list[str]:
+            """Why the kernel can no longer be trusted to run tests (:mod:`hpcnb.course.tamper`)."""
+            reasons = [] if tamper.canary_failed(await self._ask(code=tamper.canary())) else [
+                "an assert that must fail passed (AST or input transformers, or a trace function)"]
+            state = tamper.parse_state(await self._ask(tamper.STATE_EXPRESSION))
+            if state is None:
+                return [*reasons, "the kernel's state could not be read"]
+            return reasons + (tamper.state_changes(self._baseline, state) if self._baseline else [])
 
         execute_cell = run_sync(async_execute_cell)
 
@@ -560,7 +608,29 @@ def _execute_class() -> type:
         def process_message(self, msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
             if msg.get("msg_type") == "status" and msg.get("content", {}).get("execution_state") == "idle":
                 self._idle_seen = True
+            self._cell, self._cell_index = cell, cell_index
             return super().process_message(msg, cell, cell_index)
+
+        def _spend(self, cell_index: int, size: int) -> int:
+            """Count ``size`` bytes of output against the cell; what was left of its cap before."""
+            used = self._output_used.get(cell_index, 0)
+            self._output_used[cell_index] = used + size
+            return self.max_output_bytes - used
+
+        def _capped_note(self) -> Any:
+            return _note(f"this cell printed more than {self.max_output_bytes} bytes: "
+                         "the rest of its output was dropped")
+
+        def _update_display_id(self, display_id: str, msg: dict[str, Any]) -> None:
+            """A display update replaces the data of every output shown with that id: the
+            running cell pays for each copy, and an update over its cap is dropped."""
+            copies = sum(len(ix) for ix in self._display_id_map.get(display_id, {}).values())
+            size = _output_size(msg) * copies
+            left = self._spend(self._cell_index, size) if copies else size
+            if size <= left:
+                super()._update_display_id(display_id, msg)
+            elif left >= 0:
+                self._cell.outputs.append(self._capped_note())
 
         def on_cell_executed(self, **kwargs: Any) -> None:
             super().on_cell_executed(**kwargs)
@@ -576,18 +646,15 @@ def _execute_class() -> type:
                 content["traceback"] = [line[:2000] for line in content.get("traceback", [])[-60:]]
                 content["evalue"] = str(content.get("evalue", ""))[:2000]
                 return super().output(outs, msg, display_id, cell_index)
-            used = self._output_used.get(cell_index, 0)
-            left = self.max_output_bytes - used
             size = _output_size(msg)
-            self._output_used[cell_index] = used + size
+            left = self._spend(cell_index, size)
             if size <= left:
                 return super().output(outs, msg, display_id, cell_index)
             if left > 0 and msg.get("msg_type") == "stream":
                 content["text"] = content.get("text", "")[:left]
                 super().output(outs, msg, display_id, cell_index)
             if left >= 0:
-                outs.append(_note(f"this cell printed more than {self.max_output_bytes} bytes: "
-                                  "the rest of its output was dropped"))
+                outs.append(self._capped_note())
             return None
 
     return SandboxedExecute
