@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
+from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
@@ -153,7 +154,8 @@ _NAMED_TIMES = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime
 def parse_begin(text: str, option: str, now: float | None = None) -> float:
     """A ``--begin``/``--deadline`` time as Slurm's parse_time() reads it: ``now[+N[unit]]``,
     ``today``, ``tomorrow``, ``midnight``, ``noon``, ``fika``, ``teatime``, ``HH:MM[:SS][AM|PM]``,
-    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included)."""
+    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included).
+    Far offsets are clamped (:func:`~hpcnb.slurm.bounds.clamp_epoch`), as Slurm keeps a ``time_t``."""
     import datetime as dt
 
     now = time.time() if now is None else now
@@ -174,9 +176,9 @@ def parse_begin(text: str, option: str, now: float | None = None) -> float:
                 raise fail(pos)
             if match.group(2) not in _DELTA_UNITS or pos + 1 + match.end() != len(low):
                 raise fail(pos + 1)
-            step = int(match.group(1)) * _DELTA_UNITS[match.group(2)]
+            step = min(int(match.group(1)) * _DELTA_UNITS[match.group(2)], MAX_EPOCH)
             when += step if low[pos] == "+" else -step
-        return when
+        return clamp_epoch(when)
     if low in ("today", "tomorrow"):
         return (today + dt.timedelta(days=low == "tomorrow")).timestamp()
     if low in _NAMED_TIMES:

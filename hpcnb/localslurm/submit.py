@@ -15,6 +15,7 @@ from .names import resolver_env
 from .request import JobRequest, SubmitError, UsageError
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
+_INT_MAX = 2**31 - 1
 
 
 def parse_array(spec: str) -> tuple[list[int], int | None]:
@@ -31,18 +32,15 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
             first = int(match.group(1))
             last = int(match.group(2)) if match.group(2) else first
             step = int(match.group(3) or 1)
-            if last < first or step < 1:
+            if last < first or step < 1 or last >= MAX_ARRAY_SIZE:  # checked before expanding it
                 raise ValueError(part)
             ids.extend(range(first, last + 1, step))
-        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi; captured)
+        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi; captured); past an int, atoi gives -1
         digits = re.match(r"\d*", throttle_text).group()
-        throttle = int(digits) or None if digits else None
+        throttle = int(digits) or None if digits and int(digits) <= _INT_MAX else None
     except ValueError:
         raise SubmitError("Invalid job array specification") from None
-    ids = sorted(set(ids))
-    if not ids or ids[-1] >= MAX_ARRAY_SIZE:
-        raise SubmitError("Invalid job array specification")
-    return ids, throttle
+    return sorted(set(ids)), throttle
 
 
 def exports_all(spec: str | None) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .bounds import INFINITE
+
 __all__ = [
     "TIME_FORMATS",
     "TimeSpecError",
@@ -54,7 +56,8 @@ def parse_time(text: str, option: str = "--time") -> int | None:
     Takes ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (and ``D-``) as
     Slurm does, fields unchecked: ``1:90`` is 150 s. A negative day count (``-5``), which Slurm
     turns into a garbage limit, is refused. Raises :class:`TimeSpecError` (a ValueError).
-    Slurm keeps job limits in whole minutes, rounding seconds up (:func:`minutes`).
+    Slurm keeps job limits in whole minutes, rounding seconds up (:func:`minutes`), in 32 bits:
+    a limit of ``INFINITE`` minutes or more is no limit (None), as Slurm reads it.
     """
     if not isinstance(text, str):
         raise TimeSpecError(str(text), option)
@@ -70,7 +73,8 @@ def parse_time(text: str, option: str = "--time") -> int | None:
         hours, minutes, seconds = fields
     else:
         hours, minutes, seconds = 0, fields[0], (fields + [0])[1]
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    return None if total > (INFINITE - 1) * 60 else total
 
 
 def minutes(seconds: int | None) -> int | None:

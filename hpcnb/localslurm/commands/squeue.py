@@ -1,6 +1,7 @@
 """squeue: the queue of pending and running jobs."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -11,6 +12,7 @@ from hpcnb.slurm.times import format_squeue_time
 from .. import db, formats
 from .common import getopt_parse, open_cluster, select_jobs
 
+INT_MAX = 2**31 - 1
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 MIN_JOB_AGE_S = 300  # finished jobs stay visible this long, as with Slurm's MinJobAge
@@ -100,6 +102,12 @@ def jobs_reason(job: dict) -> str:
     return job["reason"]
 
 
+def _past_int(token: str) -> bool:
+    """squeue reads a ``-j`` id into a C ``int``: one past INT_MAX is refused (measured: 20 digits)."""
+    digits = re.match(r"[0-9]*", token)[0]  # type: ignore[index]
+    return len(digits) > 10 or bool(digits) and int(digits) > INT_MAX
+
+
 def main(argv: list[str]) -> int:
     opts, _ = getopt_parse(
         "squeue", argv, "u:j:t:o:hp:n:rlaw:",
@@ -118,6 +126,10 @@ def main(argv: list[str]) -> int:
             users = {getpass.getuser()}
         elif opt in ("-j", "--jobs"):
             job_ids = val
+            too_big = next((t for t in re.split("[ ,]", val) if _past_int(t)), None)
+            if too_big:
+                print(f"squeue: error: Invalid job id: {too_big}", file=sys.stderr)
+                return 1
         elif opt in ("-t", "--states"):
             states = {s.upper() for s in val.split(",") if s}
             # "all" stands only alone, as in squeue 22.05

@@ -1,0 +1,25 @@
+"""Slurm's numeric bounds: job ids are ``uint32_t``, limits in minutes ``uint32_t``, times ``time_t``.
+
+Slurm reserves ``NO_VAL`` (0xfffffffe) and ``INFINITE`` (0xffffffff) in its 32-bit fields, so no
+job id reaches them; a time limit at or past ``INFINITE`` minutes is no limit. A point in time is
+kept before the year 10000 in every time zone, which every printer (``strftime``, ``datetime``)
+and SQLite can hold.
+"""
+from __future__ import annotations
+
+__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "job_id_fits"]
+
+NO_VAL = 0xFFFFFFFE
+INFINITE = 0xFFFFFFFF
+LONG_MAX = 2**63 - 1  # where C's strtol() saturates: squeue refuses such an id
+MAX_EPOCH = 253402128000  # 9999-12-30T00:00:00 UTC
+
+
+def job_id_fits(job_id: int) -> bool:
+    """Could a job have this id (``uint32_t``, below ``NO_VAL``)? Beyond it there is no such job."""
+    return 0 < job_id < NO_VAL
+
+
+def clamp_epoch(epoch: float) -> float:
+    """A point in time Slurm can keep and print: within 0 .. :data:`MAX_EPOCH`."""
+    return min(max(epoch, 0.0), float(MAX_EPOCH))
