@@ -29,6 +29,7 @@ NOT_BATCH = ("sbatch: error: This does not look like a batch script.  The first\
              "sbatch: error: For instance: #!/bin/sh\n")
 NO_CONFIG = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
 BAD_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
+BIG = "9" * 20  # past 64 bits
 BAD_DEP = "sbatch: error: Batch job submission failed: Job dependency problem\n"
 
 
@@ -109,6 +110,10 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
     ("array-max-plus-one", sb("--array=0-1001"), {}, None, 1, BAD_ARRAY),
     ("array-negative", sb("--array=-1"), {}, None, 1, BAD_ARRAY),
     ("array-step-zero", sb("--array=1-10:0"), {}, None, 1, BAD_ARRAY),
+    # numbers past Slurm's bounds (issue 26, measured on 22.05 and 24.11): refused before expanding
+    ("array-twenty-million", sb("--array=0-20000000"), {}, None, 1, BAD_ARRAY),
+    ("array-past-64-bits", sb(f"--array=0-{BIG}"), {}, None, 1, BAD_ARRAY),
+    ("array-thousands-of-digits", sb(f"--array=0-{'9' * 5000}"), {}, None, 1, BAD_ARRAY),
     ("dependency-unknown-type", sb("--dependency=bogus:1"), {}, None, 1, BAD_DEP),
     ("dependency-word-id", sb("--dependency=afterok:abc"), {}, None, 1, BAD_DEP),
     # other option values
@@ -162,6 +167,8 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
      "salloc: unrecognized option '--bogus'\n" + GETOPT_TRY.format(cmd="salloc")),
     # scancel, scontrol, squeue, sacct, sinfo on unknown jobs and bad options
     ("scancel-word-id", ["scancel", "abc"], {}, None, 1, "scancel: error: Invalid job id abc\n"),
+    ("scancel-id-past-64-bits", ["scancel", BIG], {}, None, 0, ""),
+    ("squeue-id-past-64-bits", ["squeue", "-j", BIG], {}, None, 1, f"squeue: error: Invalid job id: {BIG}\n"),
     ("scancel-bad-array-id", ["scancel", "1_abc"], {}, None, 1, "scancel: error: Invalid job id 1_abc\n"),
     ("scancel-word-first", ["scancel", "abc", "999999"], {}, None, 1, "scancel: error: Invalid job id abc\n"),
     ("scancel-unknown-signal", ["scancel", "--signal=FOO", "1"], {}, None, 1, "Unknown job signal: FOO\n"),
@@ -247,6 +254,9 @@ ACCEPTED = [
     ("array-throttle-word", ["--array=1-3%abc"], {}),
     ("array-percent-only", ["--array=%"], {}),
     ("array-empty", ["--array="], {}),
+    ("time-past-64-bits", [f"--time={BIG}"], {"%l": "UNLIMITED"}),
+    ("array-throttle-past-64-bits", [f"--array=0-3%{BIG}"], {}),
+    ("begin-past-64-bits", [f"--begin=now+{BIG}"], {}),
     ("dependency-unknown-job", ["--dependency=afterok:999999"], {}),
     ("job-name-empty", ["--job-name="], {"%j": "allocation"}),
     ("open-mode-abbreviated", ["--open-mode=A"], {}),

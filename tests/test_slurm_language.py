@@ -58,6 +58,13 @@ def test_error_names_the_option() -> None:
         parse_time("soon", "--time-min")
 
 
+def test_limits_past_slurms_infinite_are_unlimited() -> None:
+    """Slurm keeps a limit in 32-bit minutes: INFINITE (0xffffffff) minutes or more is no limit."""
+    assert parse_time(str(0xFFFFFFFE)) == 0xFFFFFFFE * 60
+    assert parse_time(str(0xFFFFFFFF)) is None
+    assert parse_time("9" * 20) is None and parse_time(f"{'9' * 30}-00:00:00") is None
+
+
 def test_job_limits_round_up_to_minutes() -> None:
     assert [times.minutes(s) for s in (None, 0, 1, 60, 61)] == [None, 0, 1, 1, 2]
 
