@@ -7,11 +7,14 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
-from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch
+from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch, saturated
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
 from hpcnb.slurm.times import TimeSpecError, parse_time
+
+
+_INT_MAX = 2**31 - 1
 
 
 class UsageError(Exception):
@@ -97,10 +100,13 @@ class JobRequest(Record):
 
 
 def parse_count(value: str, option: str, positive: bool = True) -> int:
-    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``."""
-    if not re.fullmatch(r"\s*[+-]?\d+\s*", value) or int(value) < (1 if positive else 0):
+    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``, and
+    anything past INT_MAX."""
+    match = re.fullmatch(r"\s*([+-]?)([0-9]+)\s*", value)
+    count = saturated(match[2]) * (-1 if match[1] == "-" else 1) if match else -1
+    if not (1 if positive else 0) <= count <= _INT_MAX:
         raise UsageError(f'Invalid numeric value "{value}" for {option}.')
-    return int(value)
+    return count
 
 
 def parse_mem(value: str, option: str) -> int:
@@ -176,7 +182,7 @@ def parse_begin(text: str, option: str, now: float | None = None) -> float:
                 raise fail(pos)
             if match.group(2) not in _DELTA_UNITS or pos + 1 + match.end() != len(low):
                 raise fail(pos + 1)
-            step = min(int(match.group(1)) * _DELTA_UNITS[match.group(2)], MAX_EPOCH)
+            step = min(saturated(match.group(1)) * _DELTA_UNITS[match.group(2)], MAX_EPOCH)
             when += step if low[pos] == "+" else -step
         return clamp_epoch(when)
     if low in ("today", "tomorrow"):

@@ -7,7 +7,7 @@ and SQLite can hold.
 """
 from __future__ import annotations
 
-__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "job_id_fits"]
+__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "job_id_fits", "saturated"]
 
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
@@ -23,3 +23,10 @@ def job_id_fits(job_id: int) -> bool:
 def clamp_epoch(epoch: float) -> float:
     """A point in time Slurm can keep and print: within 0 .. :data:`MAX_EPOCH`."""
     return min(max(epoch, 0.0), float(MAX_EPOCH))
+
+
+def saturated(digits: str) -> int:
+    """A run of ASCII digits as C's ``strtol`` reads it: past ``LONG_MAX`` it stays ``LONG_MAX``
+    (and thousands of digits cost nothing, where Python's ``int`` would refuse them)."""
+    digits = digits.lstrip("0")
+    return LONG_MAX if len(digits) > 19 else min(int(digits or "0"), LONG_MAX)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .bounds import INFINITE
+from .bounds import INFINITE, saturated
 
 __all__ = [
     "TIME_FORMATS",
@@ -66,14 +66,14 @@ def parse_time(text: str, option: str = "--time") -> int | None:
     if not _valid_timespec(text) or text.startswith("-"):
         raise TimeSpecError(text, option)
     days, rest = _SHAPE.fullmatch(text).groups()  # type: ignore[union-attr]
-    fields = [int(f or 0) for f in rest.split(":")] if rest else []
+    fields = [saturated(f) for f in rest.split(":")] if rest else []
     if days is not None:
         hours, minutes, seconds = (fields + [0, 0, 0])[:3]
     elif len(fields) == 3:
         hours, minutes, seconds = fields
     else:
         hours, minutes, seconds = 0, fields[0], (fields + [0])[1]
-    total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    total = ((saturated(days or "") * 24 + hours) * 60 + minutes) * 60 + seconds
     return None if total > (INFINITE - 1) * 60 else total
 
 

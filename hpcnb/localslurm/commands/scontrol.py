@@ -5,7 +5,7 @@ import sys
 
 import hostlist
 
-from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch
+from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch, saturated
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.times import TimeSpecError, format_elapsed, format_limit, parse_time
 
@@ -384,7 +384,7 @@ def _start_time(text: str, now: float) -> float | None:
 
     match = re.fullmatch(r"now(?:\+(\d+)(seconds|minutes|hours|days|s|m|h|d)?)?", text.lower())
     if match:
-        count = int(match.group(1) or 0)
+        count = saturated(match.group(1) or "")
         unit = (match.group(2) or "seconds")[0]
         return clamp_epoch(now + min(count * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit], MAX_EPOCH))
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
