@@ -7,14 +7,11 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
-from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch, saturated
+from hpcnb.slurm.bounds import LONG_MAX, MAX_EPOCH, c_int, clamp_epoch, saturated
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
 from hpcnb.slurm.times import TimeSpecError, parse_time
-
-
-_INT_MAX = 2**31 - 1
 
 
 class UsageError(Exception):
@@ -100,13 +97,16 @@ class JobRequest(Record):
 
 
 def parse_count(value: str, option: str, positive: bool = True) -> int:
-    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``, and
-    anything past INT_MAX."""
+    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``; ``strtol``
+    saturating is refused, and a value past INT_MAX wraps as C's ``(int)`` does (measured on 22.05:
+    ``-n 4294967297`` is one task, ``-n 2147483648`` is ``-2147483648``)."""
     match = re.fullmatch(r"\s*([+-]?)([0-9]+)\s*", value)
-    count = saturated(match[2]) * (-1 if match[1] == "-" else 1) if match else -1
-    if not (1 if positive else 0) <= count <= _INT_MAX:
+    number = saturated(match[2]) if match else -1
+    if number == LONG_MAX:
+        raise UsageError(f"Numeric argument ({LONG_MAX}) to big for {option}.")
+    if not match or (match[1] == "-" and number) or (positive and not number):
         raise UsageError(f'Invalid numeric value "{value}" for {option}.')
-    return count
+    return c_int(number)
 
 
 def parse_mem(value: str, option: str) -> int:
@@ -237,6 +237,7 @@ def _signal_number(name: str) -> int | None:
     return int(sig) if isinstance(sig, _signal.Signals) else None
 
 
+_WRAPPED_COUNT = {"ntasks": "invalid number of tasks (-n {})", "cpus-per-task": "invalid number of cpus per task (-c {})"}
 _FLAGS = {
     "parsable": "parsable", "test-only": "test_only", "wait": "wait", "quiet": "quiet", "label": "label",
     "pty": "pty", "overlap": "overlap", "hold": "hold", "unbuffered": "unbuffered", "exclusive": "exclusive",
@@ -287,7 +288,10 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
     elif name == "nodes":
         req.nodes_min, req.nodes_max = parse_nodes(value or "")
     elif name in ("ntasks", "ntasks-per-node", "cpus-per-task"):
-        setattr(req, name.replace("-", "_"), parse_count(value or "", "--" + name))
+        count = parse_count(value or "", "--" + name)
+        if count < 1 and name in _WRAPPED_COUNT:  # past INT_MAX, wrapped (measured on 22.05)
+            raise UsageError(_WRAPPED_COUNT[name].format(count))
+        setattr(req, name.replace("-", "_"), count if count > 0 else None)
     elif name == "mincpus":
         parse_count(value or "", "--mincpus")
     elif name in ("begin", "deadline"):

@@ -7,6 +7,8 @@ import pwd
 import re
 import sqlite3
 
+from hpcnb.slurm.bounds import c_int, saturated
+
 from . import db, envvars, paths, scheduler
 from .alloc import never_fits
 from .cluster import Cluster
@@ -15,7 +17,6 @@ from .names import resolver_env
 from .request import JobRequest, SubmitError, UsageError
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
-_INT_MAX = 2**31 - 1
 
 
 def parse_array(spec: str) -> tuple[list[int], int | None]:
@@ -35,9 +36,9 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
             if last < first or step < 1 or last >= MAX_ARRAY_SIZE:  # checked before expanding it
                 raise ValueError(part)
             ids.extend(range(first, last + 1, step))
-        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi; captured); past an int, atoi gives -1
-        digits = re.match(r"\d*", throttle_text).group()
-        throttle = int(digits) or None if digits and int(digits) <= _INT_MAX else None
+        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi, which wraps past INT_MAX; captured)
+        limit = c_int(saturated(re.match(r"[0-9]*", throttle_text).group()))
+        throttle = limit if limit > 0 else None
     except ValueError:
         raise SubmitError("Invalid job array specification") from None
     return sorted(set(ids)), throttle

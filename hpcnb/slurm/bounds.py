@@ -7,7 +7,7 @@ and SQLite can hold.
 """
 from __future__ import annotations
 
-__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "job_id_fits", "saturated"]
+__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated"]
 
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
@@ -30,3 +30,8 @@ def saturated(digits: str) -> int:
     (and thousands of digits cost nothing, where Python's ``int`` would refuse them)."""
     digits = digits.lstrip("0")
     return LONG_MAX if len(digits) > 19 else min(int(digits or "0"), LONG_MAX)
+
+
+def c_int(number: int) -> int:
+    """C's ``(int)`` of a ``long``: past INT_MAX it wraps (``2**31`` is ``-2**31``, ``2**32 + 1`` is 1)."""
+    return (number + 2**31) % 2**32 - 2**31

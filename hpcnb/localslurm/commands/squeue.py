@@ -5,6 +5,7 @@ import re
 import sys
 import time
 
+from hpcnb.slurm.bounds import c_int, saturated
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.states import BASE, CODES
 from hpcnb.slurm.times import format_squeue_time
@@ -12,7 +13,6 @@ from hpcnb.slurm.times import format_squeue_time
 from .. import db, formats
 from .common import getopt_parse, open_cluster, select_jobs
 
-INT_MAX = 2**31 - 1
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 MIN_JOB_AGE_S = 300  # finished jobs stay visible this long, as with Slurm's MinJobAge
@@ -102,10 +102,11 @@ def jobs_reason(job: dict) -> str:
     return job["reason"]
 
 
-def _past_int(token: str) -> bool:
-    """squeue reads a ``-j`` id into a C ``int``: one past INT_MAX is refused (measured: 20 digits)."""
+def _bad_id(token: str) -> bool:
+    """squeue reads a ``-j`` id with ``strtol`` into a C ``int`` and refuses one that is not positive
+    (measured on 22.05: 0, 2147483648, 4294967296 and 20 digits are refused)."""
     digits = re.match(r"[0-9]*", token)[0]  # type: ignore[index]
-    return len(digits) > 10 or bool(digits) and int(digits) > INT_MAX
+    return bool(digits) and c_int(saturated(digits)) <= 0
 
 
 def main(argv: list[str]) -> int:
@@ -126,9 +127,9 @@ def main(argv: list[str]) -> int:
             users = {getpass.getuser()}
         elif opt in ("-j", "--jobs"):
             job_ids = val
-            too_big = next((t for t in re.split("[ ,]", val) if _past_int(t)), None)
-            if too_big:
-                print(f"squeue: error: Invalid job id: {too_big}", file=sys.stderr)
+            bad = next((t for t in re.split("[ ,]", val) if _bad_id(t)), None)
+            if bad:
+                print(f"squeue: error: Invalid job id: {bad}", file=sys.stderr)
                 return 1
         elif opt in ("-t", "--states"):
             states = {s.upper() for s in val.split(",") if s}
