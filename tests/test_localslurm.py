@@ -366,5 +366,8 @@ def test_numbers_past_slurms_bounds_answer_like_slurm(lane, workdir: Path) -> No
     assert lane.run(["scancel", *ids]).returncode == 0
     accounted = lane.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Eligible", "-j", ",".join(ids)])
     assert accounted.returncode == 0 and f"{ids[1]}|9999-12-" in accounted.stdout, accounted.stderr
+    step = lane.run(["srun", f"--jobid={BIG}", "true"], cwd=workdir)
+    assert step.returncode == 1 and (step.stderr == "srun: error: Numeric argument (9223372036854775807) to big "
+                                     "for --jobid.\n" if lane.version == "22.05" else "job 0:" in step.stderr)
     health = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "recover"])
     assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
