@@ -258,7 +258,7 @@ def test_there_are_at_least_60_bad_inputs() -> None:
 # (case id, sbatch options, what the job record must show: squeue format -> value)
 ACCEPTED = [
     ("time-1:99:00", ["--time=1:99:00"], {"%l": "2:39:00"}),
-    ("time-zero-is-unlimited", ["--time=0"], {}),
+    ("time-zero-is-unlimited", ["--time=0"], {"%l": "UNLIMITED"}),
     ("nodes-negative", ["--nodes=-1"], {"%D": "1"}),
     ("nodes-max-below-min", ["--nodes=1-0"], {"%D": "1"}),
     ("nodes-three-pends", ["-N", "3"], {}),
@@ -266,7 +266,8 @@ ACCEPTED = [
     ("array-throttle-word", ["--array=1-3%abc"], {}),
     ("array-percent-only", ["--array=%"], {}),
     ("array-empty", ["--array="], {}),
-    ("time-past-64-bits", [f"--time={BIG}"], {"%l": "UNLIMITED"}),
+    ("time-past-64-bits", [f"--time={BIG}"], {"%l": "UNLIMITED"}),  # 22.05 wraps it to 0 (measured)
+    ("time-wraps-to-days", ["--time=99999999999"], {"%l": "2981813-22:48:00"}),  # measured on 22.05
     ("array-throttle-past-64-bits", [f"--array=0-3%{BIG}"], {}),
     ("begin-past-64-bits", [f"--begin=now+{BIG}"], {}),
     ("ntasks-wraps-to-one", ["--ntasks=4294967297"], {}),

@@ -281,7 +281,7 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         setattr(req, _STRINGS[name], value)
     elif name == "time":
         try:
-            req.time_limit = parse_time(value or "")
+            req.time_limit = parse_time(value or "") or None  # 0: no limit (Slurm's documented meaning)
         except TimeSpecError:
             raise UsageError("Invalid --time specification", exit_code=255) from None
         req.time_given = True

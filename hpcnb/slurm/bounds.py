@@ -7,10 +7,11 @@ and SQLite can hold.
 """
 from __future__ import annotations
 
-__all__ = ["INFINITE", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated"]
+__all__ = ["INFINITE", "INT_MAX", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated"]
 
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
+INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1  # where C's strtol() saturates: squeue refuses such an id
 MAX_EPOCH = 253402128000  # 9999-12-30T00:00:00 UTC
 
