@@ -372,3 +372,16 @@ def test_numbers_past_slurms_bounds_answer_like_slurm(lane, workdir: Path) -> No
                                      "for --jobid.\n" if lane.version == "22.05" else "job 0:" in step.stderr)
     health = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "recover"])
     assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
+
+
+@pytest.mark.parametrize("limit", ["UNLIMITED", "0", "11"])
+def test_a_limit_past_the_partitions_pends(limit: str, workdir: Path) -> None:
+    """No limit (UNLIMITED, 0) is past a partition's MaxTime too (22.05, measured): it pends."""
+    job = submit("-p", "short", "-t", limit, "--wrap", "true")
+    try:
+        deadline = time.time() + 30
+        while squeue_field(job, "%r") == "None" and time.time() < deadline:
+            time.sleep(0.1)
+        assert squeue_field(job, "%T %r") == "PENDING PartitionTimeLimit"
+    finally:
+        run(["scancel", str(job)])

@@ -185,7 +185,7 @@ def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array:
     if (job["req"]["nodes_min"] or 1) > len(part.nodes):
         return "PartitionNodeLimit"
     limit = part.max_time
-    if limit is not None and job["time_limit"] is not None and job["time_limit"] > limit:
+    if limit is not None and (job["time_limit"] is None or job["time_limit"] > limit):  # None: UNLIMITED asked
         return "PartitionTimeLimit"
     parsed = job["parsed"]
     if parsed.fits_idle is None:

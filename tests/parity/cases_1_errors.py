@@ -72,6 +72,8 @@ MORE = {
     "sbatch_ntasks_past_64_bits": ["sbatch", f"--ntasks={BIG}", "--wrap", "true"],
     "sbatch_ntasks_wraps_negative": ["sbatch", "--ntasks=2147483648", "--wrap", "true"],
     "sbatch_exclude_unparsable": ["sbatch", "--exclude=[", "--wrap", "true"],
+    "sbatch_time_zero_over_partition": ["sbatch", "-p", "short", "-t", "0", "--wrap", "true"],
+    "sbatch_time_unlimited_over_partition": ["sbatch", "-p", "short", "-t", "UNLIMITED", "--wrap", "true"],
 }
 FILES = {"job.sh": "#!/bin/bash\ntrue\n", "noshebang.sh": "echo hello\n",
          "badinterp.sh": "#!/no/such/interpreter\necho\n"}
