@@ -7,6 +7,9 @@ to the same values, and a value holding a control character is always refused, n
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +40,8 @@ from hpcnb.slurm_options import (
     parse_slurm_time,
 )
 from hpcnb.lessons.tunnel import TunnelPlan
+from hpcnb.localslurm import commands as local_commands
+from reliability_helpers import Slurm, make_env
 
 FUZZ = settings(max_examples=200, deadline=None)  # a few seconds per file
 
@@ -364,3 +369,102 @@ def test_tunnel_fields_share_the_rule(field: str, kw: dict[str, object]) -> None
     values: dict[str, object] = dict(user="alice", login_host="login.example.org", node="cn01",
                                      remote_port=34567, local_port=8888)
     _refused(field, lambda: TunnelPlan(**{**values, **kw}))  # type: ignore[arg-type]
+
+
+# ------------------------------------------- the local Slurm's commands: Slurm's errors, never a traceback
+
+#: Numbers at and past Slurm's bounds (uint32 ids, NO_VAL, 64 bits, thousands of digits) and their neighbours.
+HUGE = st.sampled_from(["9" * 20, str(2**64), str(2**32 - 1), str(2**32 - 2), str(2**31), "-" + "9" * 20,
+                        "9" * 5000, "0", "-1", "1e99", "0x10"])
+PREFIXED_HUGE = st.builds("{}{}".format, st.sampled_from(["", "now+", "now-", "afterok:", "0-3%", "0-", "1_", "1-",
+                                                         "1:", "singleton,afterany:"]), HUGE)
+#: Any argument a command can get: huge numbers, random text and bytes (as Python decodes argv), newlines, NUL.
+VALUES = st.one_of(PREFIXED_HUGE, SLURMISH, st.text(st.characters(exclude_categories=("Cs",)), max_size=10),
+                   st.sampled_from("\n\r\x00\x1b\t\x85\u2028\x0b"), st.binary(max_size=8).map(os.fsdecode))
+VALUED = sorted(s.long for s in SBATCH if s.arg != "none" and s.long != "wrap")
+PYTHON_ERROR = re.compile(r"^(Traceback|\w+(Error|Exception)\b)", re.M)
+
+
+@pytest.fixture(scope="module")
+def private_slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A local Slurm of its own (the fuzzing cancels jobs) and one held job to update."""
+    state = tmp_path_factory.mktemp("fuzz") / "state"
+    instance = Slurm(state, make_env(state))
+    saved = os.environ.get("HPCNB_STATE_DIR")
+    os.environ["HPCNB_STATE_DIR"] = str(state)
+    try:
+        yield instance
+    finally:
+        os.environ["HPCNB_STATE_DIR"] = saved or ""
+        instance.stop_everything()
+
+
+def command(name: str, *argv: str) -> tuple[int, str, str]:
+    """Run a local command in this process (fast enough to fuzz); its exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = local_commands.run(name, list(argv))
+        except SystemExit as leave:  # getopt's errors
+            code = leave.code if isinstance(leave.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def held_job() -> str:
+    code, out, err = command("sbatch", "--parsable", "--hold", "--wrap", "true")
+    assert code == 0, err
+    return out.strip()
+
+
+def assert_slurm_answer(code: int, err: str) -> None:
+    assert not PYTHON_ERROR.search(err), err
+    assert code == 0 or err.strip(), f"exit {code} with nothing said"
+
+
+def assert_controller_answers(slurm: Slurm) -> None:
+    job = held_job()
+    assert command("squeue", "-h", "-j", job, "-o", "%i")[1].strip() == job
+    assert slurm.wait_controller()  # the controller holds the state, alive
+    assert command("scancel", job)[0] == 0
+
+
+@FUZZ
+@given(st.sampled_from(VALUED), VALUES)
+def test_sbatch_any_value_of_any_option(private_slurm: Slurm, option: str, value: str) -> None:
+    code, out, err = command("sbatch", "--parsable", "--hold", f"--{option}={value}", "--wrap", "true")
+    assert_slurm_answer(code, err)
+    if code == 0:
+        job = out.strip().split(";")[0]
+        for name, argv in (("squeue", ["-j", job]), ("sacct", ["-j", job]), ("scontrol", ["show", "job", job])):
+            assert_slurm_answer(*command(name, *argv)[::2])
+        assert command("scancel", job)[0] == 0
+
+
+QUERIES = [("squeue", "-j"), ("squeue", "-o"), ("squeue", "-t"), ("squeue", "-u"), ("squeue", "-p"),
+           ("sacct", "-j"), ("sacct", "-S"), ("sacct", "-E"), ("sacct", "-o"), ("sacct", "-s"), ("sinfo", "-p"),
+           ("sinfo", "-o"), ("scancel", "--signal=USR1"), ("scancel", "--name"), ("scancel", "--state"),
+           ("scontrol", "show job"), ("scontrol", "hold"), ("scontrol", "release"), ("scontrol", "requeue"),
+           ("scontrol", "update JobId="), ("scontrol", "show hostnames")]
+
+
+@FUZZ
+@given(st.sampled_from(QUERIES), VALUES)
+def test_query_commands_with_any_value(private_slurm: Slurm, query: tuple[str, str], value: str) -> None:
+    name, option = query
+    words = option.split()
+    argv = [*words[:-1], words[-1] + value] if option.endswith("=") else [*words, value]
+    assert_slurm_answer(*command(name, *argv)[::2])
+
+
+@FUZZ
+@given(st.sampled_from(["StartTime", "TimeLimit", "JobName", "Name", "Comment"]), VALUES)
+def test_scontrol_update_of_any_field(private_slurm: Slurm, field: str, value: str) -> None:
+    job = held_job()
+    assert_slurm_answer(*command("scontrol", "update", f"JobId={job}", f"{field}={value}")[::2])
+    for name, argv in (("squeue", ["-j", job]), ("sacct", ["-j", job]), ("scontrol", ["show", "job", job])):
+        assert_slurm_answer(*command(name, *argv)[::2])
+    assert command("scancel", job)[0] == 0
+
+
+def test_the_controller_answers_after_the_fuzzing(private_slurm: Slurm) -> None:
+    assert_controller_answers(private_slurm)

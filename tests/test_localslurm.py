@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -326,3 +328,60 @@ def test_a_cancel_reaches_a_main_process_between_its_fork_and_its_exec() -> None
     finally:
         child.kill()
         child.wait()
+
+
+BIG = "9" * 20  # past 64 bits
+
+
+def test_numbers_past_slurms_bounds_answer_like_slurm(lane, workdir: Path) -> None:
+    """Issue 26 items 6-8, as both real Slurms answer (measured on 22.05 and 24.11): huge limits,
+    begin times and throttles are accepted and the job stays visible; huge ids name no job."""
+    def sbatch(*args: str) -> subprocess.CompletedProcess[str]:
+        return lane.run(["sbatch", "--parsable", *args, "--wrap", "true"], cwd=workdir)
+
+    jobs = [sbatch("--hold", f"--begin=now+{BIG}"), sbatch(f"--begin=now+{BIG}"),
+            sbatch("--hold", f"--time={BIG}"), sbatch("--hold", f"--array=0-3%{BIG}")]
+    assert [(j.returncode, j.stderr) for j in jobs] == [(0, "")] * 4
+    ids = [j.stdout.strip() for j in jobs]
+    dep = sbatch("--hold", f"--dependency=afterok:{BIG}")
+    if lane.version == "22.05":
+        assert (dep.returncode, dep.stderr) == (0, "")
+        ids.append(dep.stdout.strip())
+    else:
+        assert (dep.returncode, dep.stderr) == (1, "sbatch: error: Batch job submission failed: Job dependency problem\n")
+    array = sbatch("--array=0-20000000")
+    assert (array.returncode, array.stderr) == (1, "sbatch: error: Batch job submission failed: "
+                                                   "Invalid job array specification\n")
+    looked_up = lane.run(["squeue", "-j", BIG])
+    assert (looked_up.returncode, looked_up.stderr) == (1, f"squeue: error: Invalid job id: {BIG}\n")
+    assert lane.run(["scancel", BIG]).returncode == 0
+    for field in (f"StartTime=now+{BIG}days", f"TimeLimit={BIG}", "JobName=\udcff"):
+        done = lane.run(["scontrol", "update", f"JobId={ids[0]}", field])
+        assert (done.returncode, done.stderr) == (0, ""), field
+    shown = {i: lane.run(["scontrol", "show", "job", i]).stdout for i in ids[:3]}
+    # the limit wraps to 0 minutes: sbatch reads that as none, scontrol update keeps it (22.05, measured)
+    assert "TimeLimit=00:00:00" in shown[ids[0]] and "TimeLimit=UNLIMITED" in shown[ids[2]], shown
+    assert "EligibleTime=9999-12-" in shown[ids[1]], shown  # a held job's is Unknown
+    listed = lane.run(["squeue", "-h", "-o", "%i %l", "-j", ",".join(ids)])
+    assert listed.returncode == 0 and f"{ids[2]} UNLIMITED" in listed.stdout.splitlines(), listed.stderr
+    assert lane.run(["scancel", *ids]).returncode == 0
+    accounted = lane.run(["sacct", "-X", "-n", "-P", "-o", "JobID,Eligible", "-j", ",".join(ids)])
+    assert accounted.returncode == 0 and f"{ids[1]}|9999-12-" in accounted.stdout, accounted.stderr
+    step = lane.run(["srun", f"--jobid={BIG}", "true"], cwd=workdir)
+    assert step.returncode == 1 and (step.stderr == "srun: error: Numeric argument (9223372036854775807) to big "
+                                     "for --jobid.\n" if lane.version == "22.05" else "job 0:" in step.stderr)
+    health = lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "recover"])
+    assert health.returncode == 0 and "healthy" in health.stdout, health.stdout + health.stderr
+
+
+@pytest.mark.parametrize("limit", ["UNLIMITED", "0", "11"])
+def test_a_limit_past_the_partitions_pends(limit: str, workdir: Path) -> None:
+    """No limit (UNLIMITED, 0) is past a partition's MaxTime too (22.05, measured): it pends."""
+    job = submit("-p", "short", "-t", limit, "--wrap", "true")
+    try:
+        deadline = time.time() + 30
+        while squeue_field(job, "%r") == "None" and time.time() < deadline:
+            time.sleep(0.1)
+        assert squeue_field(job, "%T %r") == "PENDING PartitionTimeLimit"
+    finally:
+        run(["scancel", str(job)])

@@ -29,6 +29,7 @@ NOT_BATCH = ("sbatch: error: This does not look like a batch script.  The first\
              "sbatch: error: For instance: #!/bin/sh\n")
 NO_CONFIG = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
 BAD_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
+BIG = "9" * 20  # past 64 bits
 BAD_DEP = "sbatch: error: Batch job submission failed: Job dependency problem\n"
 
 
@@ -109,6 +110,18 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
     ("array-max-plus-one", sb("--array=0-1001"), {}, None, 1, BAD_ARRAY),
     ("array-negative", sb("--array=-1"), {}, None, 1, BAD_ARRAY),
     ("array-step-zero", sb("--array=1-10:0"), {}, None, 1, BAD_ARRAY),
+    # numbers past Slurm's bounds (issue 26, measured on 22.05 and 24.11): refused before expanding
+    ("array-twenty-million", sb("--array=0-20000000"), {}, None, 1, BAD_ARRAY),
+    ("array-past-64-bits", sb(f"--array=0-{BIG}"), {}, None, 1, BAD_ARRAY),
+    ("array-thousands-of-digits", sb(f"--array=0-{'9' * 5000}"), {}, None, 1, BAD_ARRAY),
+    ("ntasks-past-64-bits", sb(f"--ntasks={BIG}"), {}, None, 1,
+     "sbatch: error: Numeric argument (9223372036854775807) to big for --ntasks.\n"),
+    ("ntasks-wraps-negative", sb("--ntasks=2147483648"), {}, None, 1,
+     "sbatch: error: invalid number of tasks (-n -2147483648)\n"),
+    ("cpus-per-task-wraps-negative", sb("--cpus-per-task=2147483648"), {}, None, 1,
+     "sbatch: error: invalid number of cpus per task (-c -2147483648)\n"),
+    ("exclude-unparsable", sb("--exclude=["), {}, None, 1,
+     "sbatch: error: Batch job submission failed: Invalid node name specified\n"),
     ("dependency-unknown-type", sb("--dependency=bogus:1"), {}, None, 1, BAD_DEP),
     ("dependency-word-id", sb("--dependency=afterok:abc"), {}, None, 1, BAD_DEP),
     # other option values
@@ -162,6 +175,12 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
      "salloc: unrecognized option '--bogus'\n" + GETOPT_TRY.format(cmd="salloc")),
     # scancel, scontrol, squeue, sacct, sinfo on unknown jobs and bad options
     ("scancel-word-id", ["scancel", "abc"], {}, None, 1, "scancel: error: Invalid job id abc\n"),
+    ("scancel-id-past-64-bits", ["scancel", BIG], {}, None, 0, ""),
+    ("squeue-id-past-64-bits", ["squeue", "-j", BIG], {}, None, 1, f"squeue: error: Invalid job id: {BIG}\n"),
+    ("squeue-id-past-uint32", ["squeue", "-j", "4294967296"], {}, None, 1,
+     "squeue: error: Invalid job id: 4294967296\n"),
+    ("squeue-id-past-int", ["squeue", "-j", "1,2147483648"], {}, None, 1, "squeue: error: Invalid job id: 2147483648\n"),
+    ("squeue-id-zero", ["squeue", "-j", "0"], {}, None, 1, "squeue: error: Invalid job id: 0\n"),
     ("scancel-bad-array-id", ["scancel", "1_abc"], {}, None, 1, "scancel: error: Invalid job id 1_abc\n"),
     ("scancel-word-first", ["scancel", "abc", "999999"], {}, None, 1, "scancel: error: Invalid job id abc\n"),
     ("scancel-unknown-signal", ["scancel", "--signal=FOO", "1"], {}, None, 1, "Unknown job signal: FOO\n"),
@@ -239,7 +258,7 @@ def test_there_are_at_least_60_bad_inputs() -> None:
 # (case id, sbatch options, what the job record must show: squeue format -> value)
 ACCEPTED = [
     ("time-1:99:00", ["--time=1:99:00"], {"%l": "2:39:00"}),
-    ("time-zero-is-unlimited", ["--time=0"], {}),
+    ("time-zero-is-unlimited", ["--time=0"], {"%l": "UNLIMITED"}),
     ("nodes-negative", ["--nodes=-1"], {"%D": "1"}),
     ("nodes-max-below-min", ["--nodes=1-0"], {"%D": "1"}),
     ("nodes-three-pends", ["-N", "3"], {}),
@@ -247,6 +266,14 @@ ACCEPTED = [
     ("array-throttle-word", ["--array=1-3%abc"], {}),
     ("array-percent-only", ["--array=%"], {}),
     ("array-empty", ["--array="], {}),
+    ("time-past-64-bits", [f"--time={BIG}"], {"%l": "UNLIMITED"}),  # 22.05 wraps it to 0 (measured)
+    ("time-wraps-to-days", ["--time=99999999999"], {"%l": "2981813-22:48:00"}),  # measured on 22.05
+    ("array-throttle-past-64-bits", [f"--array=0-3%{BIG}"], {}),
+    ("begin-past-64-bits", [f"--begin=now+{BIG}"], {}),
+    ("ntasks-wraps-to-one", ["--ntasks=4294967297"], {}),
+    ("ntasks-per-node-wraps", ["--ntasks-per-node=2147483648"], {}),
+    ("mincpus-past-int", ["--mincpus=2147483648"], {}),
+    ("array-throttle-wraps-to-three", ["--array=0-3%4294967299"], {}),
     ("dependency-unknown-job", ["--dependency=afterok:999999"], {}),
     ("job-name-empty", ["--job-name="], {"%j": "allocation"}),
     ("open-mode-abbreviated", ["--open-mode=A"], {}),

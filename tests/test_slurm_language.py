@@ -58,6 +58,17 @@ def test_error_names_the_option() -> None:
         parse_time("soon", "--time-min")
 
 
+@pytest.mark.parametrize("text, limit", [
+    (str(2**32 - 2), "UNLIMITED"), (str(2**32 - 1), "00:00:00"), (str(2**32), "00:00:00"),
+    ("99999999999", "2981813-22:48:00"), ("9" * 20, "00:00:00"), (str(2**31), "00:00:00"),
+    ("9" * 5000, "00:00:00"), ("35791393", "24855-03:13:00"),
+])
+def test_limits_past_an_int_wrap_as_slurm_computes_them(text: str, limit: str) -> None:
+    """C ``int`` seconds, rounded to 32-bit minutes: as ``scontrol update TimeLimit=`` shows them
+    on a real 22.05 (measured, but for the last two; sbatch reads the 0 as no limit)."""
+    assert format_limit(parse_time(text)) == limit
+
+
 def test_job_limits_round_up_to_minutes() -> None:
     assert [times.minutes(s) for s in (None, 0, 1, 60, 61)] == [None, 0, 1, 1, 2]
 

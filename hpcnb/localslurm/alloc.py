@@ -136,6 +136,13 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
             wanted = [req.nodelist]
         if any(name not in cluster.nodes for name in wanted):
             return "Invalid node name specified"
+    if req.exclude:
+        import hostlist
+
+        try:
+            hostlist.expand_hostlist(req.exclude)
+        except hostlist.BadHostlist:
+            return "Invalid node name specified"
     empty = free_resources(cluster, [])
     if place(req, cluster, partition, empty) is None:
         biggest = max(cluster.nodes[n].memory_mb for n in part.nodes)

@@ -7,8 +7,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hpcnb.slurm.bounds import clamp_epoch
+
+
 def stamp(epoch: float | None, missing: str = "Unknown") -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else missing
+    """A point in time as Slurm prints it (``2024-05-01T12:00:00``), within what Slurm can keep."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(clamp_epoch(epoch))) if epoch else missing
 
 
 def job_id_text(job: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
+from hpcnb.slurm.bounds import LONG_MAX, MAX_EPOCH, c_int, clamp_epoch, saturated
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
@@ -96,10 +97,16 @@ class JobRequest(Record):
 
 
 def parse_count(value: str, option: str, positive: bool = True) -> int:
-    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``."""
-    if not re.fullmatch(r"\s*[+-]?\d+\s*", value) or int(value) < (1 if positive else 0):
+    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``; ``strtol``
+    saturating is refused, and a value past INT_MAX wraps as C's ``(int)`` does (measured on 22.05:
+    ``-n 4294967297`` is one task, ``-n 2147483648`` is ``-2147483648``)."""
+    match = re.fullmatch(r"\s*([+-]?)([0-9]+)\s*", value)
+    number = saturated(match[2]) if match else -1
+    if number == LONG_MAX:
+        raise UsageError(f"Numeric argument ({LONG_MAX}) to big for {option}.")
+    if not match or (match[1] == "-" and number) or (positive and not number):
         raise UsageError(f'Invalid numeric value "{value}" for {option}.')
-    return int(value)
+    return c_int(number)
 
 
 def parse_mem(value: str, option: str) -> int:
@@ -153,7 +160,8 @@ _NAMED_TIMES = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime
 def parse_begin(text: str, option: str, now: float | None = None) -> float:
     """A ``--begin``/``--deadline`` time as Slurm's parse_time() reads it: ``now[+N[unit]]``,
     ``today``, ``tomorrow``, ``midnight``, ``noon``, ``fika``, ``teatime``, ``HH:MM[:SS][AM|PM]``,
-    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included)."""
+    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included).
+    Far offsets are clamped (:func:`~hpcnb.slurm.bounds.clamp_epoch`), as Slurm keeps a ``time_t``."""
     import datetime as dt
 
     now = time.time() if now is None else now
@@ -174,9 +182,9 @@ def parse_begin(text: str, option: str, now: float | None = None) -> float:
                 raise fail(pos)
             if match.group(2) not in _DELTA_UNITS or pos + 1 + match.end() != len(low):
                 raise fail(pos + 1)
-            step = int(match.group(1)) * _DELTA_UNITS[match.group(2)]
+            step = min(saturated(match.group(1)) * _DELTA_UNITS[match.group(2)], MAX_EPOCH)
             when += step if low[pos] == "+" else -step
-        return when
+        return clamp_epoch(when)
     if low in ("today", "tomorrow"):
         return (today + dt.timedelta(days=low == "tomorrow")).timestamp()
     if low in _NAMED_TIMES:
@@ -229,6 +237,7 @@ def _signal_number(name: str) -> int | None:
     return int(sig) if isinstance(sig, _signal.Signals) else None
 
 
+_WRAPPED_COUNT = {"ntasks": "invalid number of tasks (-n {})", "cpus-per-task": "invalid number of cpus per task (-c {})"}
 _FLAGS = {
     "parsable": "parsable", "test-only": "test_only", "wait": "wait", "quiet": "quiet", "label": "label",
     "pty": "pty", "overlap": "overlap", "hold": "hold", "unbuffered": "unbuffered", "exclusive": "exclusive",
@@ -272,14 +281,17 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         setattr(req, _STRINGS[name], value)
     elif name == "time":
         try:
-            req.time_limit = parse_time(value or "")
+            req.time_limit = parse_time(value or "") or None  # 0: no limit (Slurm's documented meaning)
         except TimeSpecError:
             raise UsageError("Invalid --time specification", exit_code=255) from None
         req.time_given = True
     elif name == "nodes":
         req.nodes_min, req.nodes_max = parse_nodes(value or "")
     elif name in ("ntasks", "ntasks-per-node", "cpus-per-task"):
-        setattr(req, name.replace("-", "_"), parse_count(value or "", "--" + name))
+        count = parse_count(value or "", "--" + name)
+        if count < 1 and name in _WRAPPED_COUNT:  # past INT_MAX, wrapped (measured on 22.05)
+            raise UsageError(_WRAPPED_COUNT[name].format(count))
+        setattr(req, name.replace("-", "_"), count if count > 0 else None)
     elif name == "mincpus":
         parse_count(value or "", "--mincpus")
     elif name in ("begin", "deadline"):

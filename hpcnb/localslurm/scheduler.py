@@ -12,6 +12,7 @@ from hpcnb.slurm.states import FINAL
 
 from . import alloc, db, transitions
 from .cluster import Cluster
+from .commands.common import job_ref
 from .request import JobRequest
 
 _DEP_TYPES = ("after", "afterok", "afternotok", "afterany", "aftercorr", "singleton")
@@ -34,14 +35,15 @@ def parse_dependency(spec: str) -> tuple[str, list[tuple[str, list[str]]]]:
 
 def targets(conn: sqlite3.Connection, ref: str) -> list[sqlite3.Row]:
     """The jobs a dependency's reference (``7``: the job or its whole array, ``7_3``: one task) names."""
-    if "_" in ref:
-        base, task = ref.split("_")
+    ids = job_ref(ref)
+    if ids is None:
+        return []  # beyond Slurm's uint32 ids: no such job
+    base, task = ids
+    if task is not None:
         return conn.execute(
-            "SELECT state, start_time FROM jobs WHERE array_job_id=? AND array_task_id=?", (int(base), int(task))
+            "SELECT state, start_time FROM jobs WHERE array_job_id=? AND array_task_id=?", (base, task)
         ).fetchall()
-    return conn.execute(
-        "SELECT state, start_time FROM jobs WHERE id=? OR array_job_id=?", (int(ref), int(ref))
-    ).fetchall()
+    return conn.execute("SELECT state, start_time FROM jobs WHERE id=? OR array_job_id=?", (base, base)).fetchall()
 
 
 def known_job(conn: sqlite3.Connection, ref: str) -> bool:
@@ -183,7 +185,7 @@ def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array:
     if (job["req"]["nodes_min"] or 1) > len(part.nodes):
         return "PartitionNodeLimit"
     limit = part.max_time
-    if limit is not None and job["time_limit"] is not None and job["time_limit"] > limit:
+    if limit is not None and (job["time_limit"] is None or job["time_limit"] > limit):  # None: UNLIMITED asked
         return "PartitionTimeLimit"
     parsed = job["parsed"]
     if parsed.fits_idle is None:

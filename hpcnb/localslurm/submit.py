@@ -7,6 +7,8 @@ import pwd
 import re
 import sqlite3
 
+from hpcnb.slurm.bounds import c_int, saturated
+
 from . import db, envvars, paths, scheduler
 from .alloc import never_fits
 from .cluster import Cluster
@@ -31,18 +33,15 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
             first = int(match.group(1))
             last = int(match.group(2)) if match.group(2) else first
             step = int(match.group(3) or 1)
-            if last < first or step < 1:
+            if last < first or step < 1 or last >= MAX_ARRAY_SIZE:  # checked before expanding it
                 raise ValueError(part)
             ids.extend(range(first, last + 1, step))
-        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi; captured)
-        digits = re.match(r"\d*", throttle_text).group()
-        throttle = int(digits) or None if digits else None
+        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi, which wraps past INT_MAX; captured)
+        limit = c_int(saturated(re.match(r"[0-9]*", throttle_text).group()))
+        throttle = limit if limit > 0 else None
     except ValueError:
         raise SubmitError("Invalid job array specification") from None
-    ids = sorted(set(ids))
-    if not ids or ids[-1] >= MAX_ARRAY_SIZE:
-        raise SubmitError("Invalid job array specification")
-    return ids, throttle
+    return sorted(set(ids)), throttle
 
 
 def exports_all(spec: str | None) -> bool:

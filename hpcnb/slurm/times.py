@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .bounds import INFINITE, INT_MAX, c_int, saturated
+
 __all__ = [
     "TIME_FORMATS",
     "TimeSpecError",
@@ -54,7 +56,8 @@ def parse_time(text: str, option: str = "--time") -> int | None:
     Takes ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (and ``D-``) as
     Slurm does, fields unchecked: ``1:90`` is 150 s. A negative day count (``-5``), which Slurm
     turns into a garbage limit, is refused. Raises :class:`TimeSpecError` (a ValueError).
-    Slurm keeps job limits in whole minutes, rounding seconds up (:func:`minutes`).
+    Slurm keeps job limits in whole minutes, rounding seconds up (:func:`minutes`). Past 32 bits
+    it computes in C ``int`` values (:func:`_wrapped_limit`).
     """
     if not isinstance(text, str):
         raise TimeSpecError(str(text), option)
@@ -63,14 +66,24 @@ def parse_time(text: str, option: str = "--time") -> int | None:
     if not _valid_timespec(text) or text.startswith("-"):
         raise TimeSpecError(text, option)
     days, rest = _SHAPE.fullmatch(text).groups()  # type: ignore[union-attr]
-    fields = [int(f or 0) for f in rest.split(":")] if rest else []
+    fields = [c_int(saturated(f)) for f in rest.split(":")] if rest else []  # sscanf's %d
     if days is not None:
         hours, minutes, seconds = (fields + [0, 0, 0])[:3]
     elif len(fields) == 3:
         hours, minutes, seconds = fields
     else:
         hours, minutes, seconds = 0, fields[0], (fields + [0])[1]
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    total = ((c_int(saturated(days or "")) * 24 + hours) * 60 + minutes) * 60 + seconds
+    return total if 0 <= total <= INT_MAX - 59 else _wrapped_limit(total)
+
+
+def _wrapped_limit(total: int) -> int | None:
+    """What ``time_str2mins`` makes of a limit past an ``int`` of seconds: the sum wraps, is
+    rounded to minutes (C's division) and kept in 32 bits, INFINITE being no limit (measured on
+    22.05: 20 digits and ``4294967295`` give 0, ``4294967294`` UNLIMITED, ``99999999999`` 2981813 days)."""
+    secs = c_int(total + 59)
+    mins = (abs(secs) // 60 * (1 if secs >= 0 else -1)) % 2**32
+    return None if mins == INFINITE else mins * 60
 
 
 def minutes(seconds: int | None) -> int | None:

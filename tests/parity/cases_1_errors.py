@@ -17,6 +17,7 @@ from .harness import FINAL_STATES, Norm, Side, compare, on_both, without_waiting
 
 
 CAPTURED = Path(__file__).resolve().parent.parent / "fixtures" / "real-slurm-22.05" / "cases.json"
+BIG = "9" * 20  # past 64 bits
 SBATCH_CASES = {c["case"]: c["argv"] for c in json.loads(CAPTURED.read_text()) if c["argv"][0] == "sbatch"}
 MORE = {
     "sbatch_time_over_partition": ["sbatch", "-p", "short", "-t", "20", "--wrap", "true"],
@@ -59,6 +60,20 @@ MORE = {
     "scontrol_hold_unknown": ["scontrol", "hold", "999999999"],
     "scontrol_release_unknown": ["scontrol", "release", "999999999"],
     "sacct_unknown_job": ["sacct", "-j", "999999999", "-n"],
+    # numbers past Slurm's bounds (issue 26); held, so what becomes of the job is the same on both
+    "sbatch_time_past_64_bits": ["sbatch", "--hold", "-t", BIG, "--wrap", "true"],
+    "sbatch_begin_past_64_bits": ["sbatch", "--hold", f"--begin=now+{BIG}", "--wrap", "true"],
+    "sbatch_array_throttle_past_64_bits": ["sbatch", "--hold", f"--array=0-3%{BIG}", "--wrap", "true"],
+    "sbatch_dependency_past_64_bits": ["sbatch", "--hold", f"--dependency=afterok:{BIG}", "--wrap", "true"],
+    "sbatch_array_twenty_million": ["sbatch", "--array=0-20000000", "--wrap", "true"],
+    "squeue_id_past_64_bits": ["squeue", "-j", BIG],
+    "scancel_id_past_64_bits": ["scancel", BIG],
+    "squeue_id_zero": ["squeue", "-j", "0"],
+    "sbatch_ntasks_past_64_bits": ["sbatch", f"--ntasks={BIG}", "--wrap", "true"],
+    "sbatch_ntasks_wraps_negative": ["sbatch", "--ntasks=2147483648", "--wrap", "true"],
+    "sbatch_exclude_unparsable": ["sbatch", "--exclude=[", "--wrap", "true"],
+    "sbatch_time_zero_over_partition": ["sbatch", "-p", "short", "-t", "0", "--wrap", "true"],
+    "sbatch_time_unlimited_over_partition": ["sbatch", "-p", "short", "-t", "UNLIMITED", "--wrap", "true"],
 }
 FILES = {"job.sh": "#!/bin/bash\ntrue\n", "noshebang.sh": "echo hello\n",
          "badinterp.sh": "#!/no/such/interpreter\necho\n"}

@@ -2,7 +2,10 @@
 (Option parsing for sbatch, srun and salloc is in :mod:`.options`: the query commands never load it.)"""
 from __future__ import annotations
 
+import re
 import sys
+
+from hpcnb.slurm.bounds import NO_VAL, job_id_fits
 
 from .. import db
 from ..cluster import Cluster, state_cluster
@@ -43,6 +46,14 @@ def int_ranges(values: list[int]) -> str:
     return ",".join(out)
 
 
+def job_ref(token: str) -> tuple[int, int | None] | None:
+    """``7`` -> (7, None), ``7_3`` -> (7, 3); None for what no job can be (not a number, past uint32)."""
+    match = re.fullmatch(r"([0-9]{1,20})(?:_([0-9]{1,20}))?", token)
+    if not match or not job_id_fits(int(match[1])) or (match[2] and int(match[2]) >= NO_VAL):
+        return None
+    return int(match[1]), int(match[2]) if match[2] else None
+
+
 def select_jobs(conn, ids_text: str | None, where: str = "1", params: tuple = ()) -> list[dict]:
     """Jobs named by ``-j`` (ids, ``A_B`` array tasks, ``A`` whole arrays), or those matching
     ``where`` (SQL on indexed columns: nothing a command does reads every job ever run)."""
@@ -52,12 +63,13 @@ def select_jobs(conn, ids_text: str | None, where: str = "1", params: tuple = ()
     for token in ids_text.replace(" ", ",").split(","):
         if not token:
             continue
-        base, _, task = token.partition("_")
-        if not base.isdigit() or (task and not task.isdigit()):
+        ids = job_ref(token)
+        if ids is None:
             continue
-        if task:
-            rows = db.jobs_where(conn, "array_job_id=? AND array_task_id=?", (int(base), int(task)))
+        base, task = ids
+        if task is not None:
+            rows = db.jobs_where(conn, "array_job_id=? AND array_task_id=?", (base, task))
         else:
-            rows = db.jobs_where(conn, "id=? OR array_job_id=?", (int(base), int(base)))
+            rows = db.jobs_where(conn, "id=? OR array_job_id=?", (base, base))
         wanted.extend(r for r in rows if r["id"] not in {w["id"] for w in wanted})
     return wanted

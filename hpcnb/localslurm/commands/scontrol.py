@@ -5,6 +5,7 @@ import sys
 
 import hostlist
 
+from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch, saturated
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.times import TimeSpecError, format_elapsed, format_limit, parse_time
 
@@ -383,9 +384,9 @@ def _start_time(text: str, now: float) -> float | None:
 
     match = re.fullmatch(r"now(?:\+(\d+)(seconds|minutes|hours|days|s|m|h|d)?)?", text.lower())
     if match:
-        count = int(match.group(1) or 0)
+        count = saturated(match.group(1) or "")
         unit = (match.group(2) or "seconds")[0]
-        return now + count * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+        return clamp_epoch(now + min(count * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit], MAX_EPOCH))
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
         try:
             return _time.mktime(_time.strptime(text, fmt))
@@ -444,7 +445,9 @@ def update(conn, items: list[str]) -> int:
                         return 1
                     conn.execute("UPDATE jobs SET time_limit=? WHERE id=?", (seconds, job["id"]))
                 elif key == "JobName":
-                    conn.execute("UPDATE jobs SET name=? WHERE id=?", (value, job["id"]))
+                    from ..submit import db_text
+
+                    conn.execute("UPDATE jobs SET name=? WHERE id=?", (db_text(value), job["id"]))
                 elif key == "Comment":
                     req = dict(current["req"], comment=value)
                     import json

@@ -1,9 +1,11 @@
 """squeue: the queue of pending and running jobs."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 
+from hpcnb.slurm.bounds import c_int, saturated
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.states import BASE, CODES
 from hpcnb.slurm.times import format_squeue_time
@@ -100,6 +102,13 @@ def jobs_reason(job: dict) -> str:
     return job["reason"]
 
 
+def _bad_id(token: str) -> bool:
+    """squeue reads a ``-j`` id with ``strtol`` into a C ``int`` and refuses one that is not positive
+    (measured on 22.05: 0, 2147483648, 4294967296 and 20 digits are refused)."""
+    digits = re.match(r"[0-9]*", token)[0]  # type: ignore[index]
+    return bool(digits) and c_int(saturated(digits)) <= 0
+
+
 def main(argv: list[str]) -> int:
     opts, _ = getopt_parse(
         "squeue", argv, "u:j:t:o:hp:n:rlaw:",
@@ -118,6 +127,10 @@ def main(argv: list[str]) -> int:
             users = {getpass.getuser()}
         elif opt in ("-j", "--jobs"):
             job_ids = val
+            bad = next((t for t in re.split("[ ,]", val) if _bad_id(t)), None)
+            if bad:
+                print(f"squeue: error: Invalid job id: {bad}", file=sys.stderr)
+                return 1
         elif opt in ("-t", "--states"):
             states = {s.upper() for s in val.split(",") if s}
             # "all" stands only alone, as in squeue 22.05

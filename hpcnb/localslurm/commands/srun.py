@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 import hostlist
 import psutil
 
+from hpcnb.slurm.bounds import job_id_fits, saturated
 from hpcnb.slurm.options import OptionError
 
 from .. import db, envvars, procs, transitions
@@ -62,9 +64,11 @@ def env_options(env: dict[str, str], cluster: Cluster) -> tuple[int | None, int 
 
 def job_id_value(text: str, cluster: Cluster) -> int:
     """A job id for --jobid/SLURM_JOB_ID: 22.05 refuses anything but a positive number; 24.11
-    takes what is not one as job 0, which then has no allocation (both measured)."""
+    takes what is not one as job 0, which then has no allocation (both measured), and so an id
+    past uint32 here."""
     if cluster.since("24.11"):
-        return int(text) if text.isdigit() else 0
+        number = saturated(text) if re.fullmatch("[0-9]+", text) else 0
+        return number if job_id_fits(number) else 0
     return parse_count(text, "--jobid")
 
 
