@@ -330,3 +330,30 @@ def test_stored_outputs_render_as_written(lab) -> None:
         finally:
             browser.close()
     assert not problems, "\n".join(problems)
+
+
+def test_lesson_3_links_its_exercise_which_validates(lab) -> None:
+    """Issue 25, item 1: in the lab as `make lab` serves it, lesson 3's link opens its exercise, and
+    nbgrader's Validate button runs it: unanswered, its setup cells work and its test cells fail on
+    the missing answers."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser, page = _browser_page(p, lab)
+        try:
+            lesson = _open(page, lab, "notebooks/03-first-batch-job.ipynb")
+            lesson.locator(".jp-MarkdownCell a[href*='03-first-batch-job-exercises.ipynb']").first.click()
+            current = page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")
+            expect(current).to_contain_text("03-first-batch-job-exercises.ipynb")
+            exercise = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(exercise.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            exercise.locator(".validate-button").click()
+            dialog = page.locator(".jp-Dialog")
+            expect(dialog).to_contain_text("Validation Results", timeout=300_000)
+            expect(dialog).to_contain_text("The following cell failed")
+            expect(dialog).to_contain_text("name 'fixed_script' is not defined")  # exercise 1's answer
+            expect(dialog).not_to_contain_text("ModuleNotFoundError")  # the setup cells ran
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser-validate.png"))
+        finally:
+            browser.close()
