@@ -21,8 +21,8 @@ def local_slurm(tmp_path_factory: pytest.TempPathFactory):
     os.environ["HPCNB_SLURM"] = "local"
     os.environ["HPCNB_CONTROLLER_IDLE"] = "60"
     # xdist workers run side by side: far-apart job ids keep job-id-derived ports apart, both ours
-    # (16000 + id % 16000) and Lightning's SLURMEnvironment's (15000 + id % 1000: a quarter of its
-    # range apart for up to four workers), hence 10250, not 10000.
+    # (16000 + id % 16000) and Lightning's SLURMEnvironment's (15000 + the id's last four digits: 250
+    # apart for up to four workers), hence 10250, not 10000.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     os.environ["HPCNB_FIRST_JOB_ID"] = str(1 + 10250 * int(worker.removeprefix("gw") or 0))
     os.environ.pop("HPCNB_PROFILE", None)

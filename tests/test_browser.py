@@ -1,5 +1,10 @@
 """The course in a real browser: JupyterLab (as `make lab` starts it) driven by headless Chromium.
 
+The server serves a copy of the course (notebooks/, exercises/) as `make lab` serves the repository,
+so that nothing a test runs or saves touches the real notebooks. Every lesson and exercise renders
+its stored outputs as written (no `$HOME` typeset as math, no `<PI>` dropped as HTML); lesson 3's
+link opens its exercise, whose nbgrader "Validate" button runs it.
+
 A lesson-like notebook submits a short job with the job API and shows ``hpcnb.widgets.watch(job)``;
 the test runs all cells, waits for the widget to show COMPLETED (with the job's output), saves a
 screenshot to test-artifacts/browser-widget.png, and checks the README's "open the course" path:
@@ -14,6 +19,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +40,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 COURSE_KERNEL = "hpcnb"
+COURSE_FOLDERS = ("notebooks", "exercises")
 
 
 def _free_port() -> int:
@@ -82,8 +89,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     from hpcnb.backend import local_bin_dir
 
     base = tmp_path_factory.mktemp("lab")
-    notebooks = base / "notebooks"
-    notebooks.mkdir()
+    course = base / "course"  # as `make lab`: the repository's layout, served from its root
+    for folder in COURSE_FOLDERS:
+        shutil.copytree(ROOT / folder, course / folder, ignore=shutil.ignore_patterns("work", ".ipynb_checkpoints"))
+    notebooks = course / "notebooks"
     kernel = _install_course_kernel()
     nbformat.write(_lesson(kernel), notebooks / "watch-a-job.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
@@ -94,19 +103,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     env["HPCNB_SLURM"] = "local"
     env["JUPYTER_CONFIG_DIR"] = str(base / "config")
     # no "Would you like to get notified about official Jupyter news?" toast over the screenshot
-    settings = base / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    settings = base / "config" / "lab" / "user-settings" / "@jupyterlab"
+    (settings / "apputils-extension").mkdir(parents=True)
+    (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    # every cell in the page, not only those scrolled into view, so that all outputs can be checked
+    (settings / "notebook-extension").mkdir()
+    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     env["JUPYTER_RUNTIME_DIR"] = str(base / "runtime")
     env.pop("JUPYTER_PATH", None)
     argv = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
             "--no-browser", "--ServerApp.open_browser=False", f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={notebooks}", "--LabApp.news_url=None",
+            f"--ServerApp.root_dir={course}", "--LabApp.default_url=/lab/tree/notebooks", "--LabApp.news_url=None",
+            "--LabApp.expose_app_in_browser=True",  # the tests open notebooks through its commands
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
     log = open(base / "jupyter.log", "w")
-    server = subprocess.Popen(argv, cwd=notebooks, env=env, stdout=log, stderr=subprocess.STDOUT,
+    server = subprocess.Popen(argv, cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -121,8 +134,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
                 if time.monotonic() > deadline:
                     pytest.fail(f"jupyter lab did not answer in 120 s:\n{(base / 'jupyter.log').read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield {"url": url, "token": token, "kernel": kernel, "notebooks": notebooks, "bin": folder,
-               "log": base / "jupyter.log"}
+        yield {"url": url, "token": token, "kernel": kernel, "course": course, "notebooks": notebooks,
+               "bin": folder, "log": base / "jupyter.log"}
     finally:
         try:  # a clean stop shuts the kernels down too
             req = urllib.request.Request(f"{url}/api/shutdown", method="POST",
@@ -174,7 +187,7 @@ def test_widget_in_jupyterlab(lab) -> None:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.set_default_timeout(120_000)
             expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
-            page.goto(f"{lab['url']}/lab/tree/watch-a-job.ipynb?token={lab['token']}")
+            page.goto(f"{lab['url']}/lab/tree/notebooks/watch-a-job.ipynb?token={lab['token']}")
             notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             expect(notebook.locator(".jp-Cell").first).to_be_visible()
             # the kernel is up and idle (the toolbar's execution indicator)
@@ -209,3 +222,138 @@ def test_widget_in_jupyterlab(lab) -> None:
     assert shot.stat().st_size > 10_000
     if lab["kernel"] != COURSE_KERNEL:
         pytest.skip("the course kernel could not be installed: ran on python3 and skipped the `which sbatch` check")
+
+
+# Tags that a stored Markdown output may use as HTML; any other `<name>` is a placeholder to show.
+HTML_TAGS = {"a", "b", "br", "code", "div", "em", "i", "img", "p", "pre", "small", "span", "strong", "sub", "sup"}
+MATH = "mjx-container, .MathJax, .katex"
+
+
+def _markdown_outputs(notebook: Path) -> list[str]:
+    """The text/markdown of every stored output JupyterLab renders as Markdown."""
+    nb = nbformat.read(notebook, as_version=4)
+    return [o["data"]["text/markdown"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if "text/markdown" in o.get("data", {}) and not {"text/html", "application/vnd.jupyter.widget-view+json"}
+            & set(o["data"])]
+
+
+def _placeholders(markdown: str) -> set[str]:
+    """`$NAME` and `<placeholder>` texts a reader must see, escaped in the source or not."""
+    names = {f"${m}" for m in re.findall(r"\\?\$([A-Za-z_]\w*)", markdown)}
+    tags = re.findall(r"&lt;([^&<>]+)&gt;", markdown) + [t for t in re.findall(r"<([A-Za-z][\w-]*)>", markdown)
+                                                         if t.lower() not in HTML_TAGS]
+    return names | {f"<{t}>" for t in tags}
+
+
+def _open(page, lab, path: str):
+    """Open a notebook of the served course in the running JupyterLab (no reload); its panel."""
+    page.evaluate("path => window.jupyterapp.commands.execute('docmanager:open', {path})", path)
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    from playwright.sync_api import expect
+
+    expect(page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")).to_contain_text(Path(path).name)
+    return panel
+
+
+def _close_all(page, lab) -> None:
+    """Close every tab, unsaved (nothing here is meant to be saved), and shut down their kernels."""
+    page.evaluate("() => { for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) w.dispose(); }")
+    for session in _get(f"{lab['url']}/api/sessions", lab["token"]):
+        req = urllib.request.Request(f"{lab['url']}/api/sessions/{session['id']}", method="DELETE",
+                                     headers={"Authorization": f"token {lab['token']}"})
+        urllib.request.urlopen(req, timeout=10).close()
+
+
+def _check_rendered(page, lab, path: str) -> list[str]:
+    """Open one notebook; what its stored Markdown outputs lost in the browser (math, dropped text)."""
+    from playwright.sync_api import expect
+
+    outputs = _markdown_outputs(lab["course"] / path)
+    panel = _open(page, lab, path)
+    expect(panel.locator(".jp-Cell")).to_have_count(len(nbformat.read(lab["course"] / path, as_version=4).cells))
+    rendered = panel.locator(".jp-OutputArea-output.jp-RenderedMarkdown")
+    expect(rendered).to_have_count(len(outputs))
+    problems = [f"{path}: math typeset in an output: {t[:80]!r}"
+                for t in panel.locator(".jp-OutputArea-output").filter(has=page.locator(MATH)).all_inner_texts()]
+    text = "\n".join(rendered.all_inner_texts())
+    problems += [f"{path}: {p!r} is not shown" for md in outputs for p in sorted(_placeholders(md)) if p not in text]
+    _close_all(page, lab)
+    return problems
+
+
+def _browser_page(p, lab):
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(120_000)
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=120_000)  # a busy 2-core machine
+    page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started")
+    return browser, page
+
+
+def _without_kernels(page) -> None:
+    """Notebooks opened from now on in this page start no kernel (stored outputs need none): a
+    kernel per notebook costs seconds of CPU to start and to shut down."""
+    factory = page.evaluate_handle("() => window.jupyterapp.docRegistry.getWidgetFactory('Notebook')")
+    assert factory.evaluate("f => '_preferKernel' in f && '_canStartKernel' in f"), "JupyterLab changed"
+    factory.evaluate("f => { f._preferKernel = false; f._canStartKernel = false; }")
+
+
+def test_stored_outputs_render_as_written(lab) -> None:
+    """Issue 25, item 2: every lesson's and exercise's Markdown outputs keep `$HOME`, `<PI>`... as text.
+
+    A control notebook first shows that this JupyterLab does typeset `$...$` in an output table and
+    drops `<PI>`, so the checks below can see both."""
+    from playwright.sync_api import expect, sync_playwright
+
+    control = "| dir | flag |\n|---|---|\n| $HOME and $SCRATCH | --account=def-<PI> |"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/markdown": control, "text/plain": "control"})])],
+        metadata={"kernelspec": {"name": lab["kernel"], "display_name": "course", "language": "python"}})
+    nbformat.write(nb, lab["notebooks"] / "render-control.ipynb")
+    notebooks = [p for folder in COURSE_FOLDERS for p in sorted((lab["course"] / folder).glob("[0-9]*.ipynb"))]
+    assert len(notebooks) >= 28
+    # Only Markdown outputs can lose text this way (streams are plain text): open the notebooks that
+    # have any (about 10 s each on a busy 2-core machine), not all 28
+    paths = [str(p.relative_to(lab["course"])) for p in notebooks if _markdown_outputs(p)]
+    assert "notebooks/01-cluster-anatomy.ipynb" in paths and "notebooks/02-storage-tiers.ipynb" in paths
+    with sync_playwright() as p:
+        browser, page = _browser_page(p, lab)
+        _without_kernels(page)
+        try:
+            panel = _open(page, lab, "notebooks/render-control.ipynb")
+            expect(panel.locator(f"table :is({MATH})").first).to_be_attached()
+            assert _check_rendered(page, lab, "notebooks/render-control.ipynb"), "the control lost nothing?"
+            problems = [problem for path in paths for problem in _check_rendered(page, lab, path)]
+        finally:
+            browser.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_lesson_3_links_its_exercise_which_validates(lab) -> None:
+    """Issue 25, item 1: in the lab as `make lab` serves it, lesson 3's link opens its exercise, and
+    nbgrader's Validate button runs it: unanswered, its setup cells work and its test cells fail on
+    the missing answers."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser, page = _browser_page(p, lab)
+        try:
+            lesson = _open(page, lab, "notebooks/03-first-batch-job.ipynb")
+            lesson.locator(".jp-MarkdownCell a[href*='03-first-batch-job-exercises.ipynb']").first.click()
+            current = page.locator(".lm-TabBar-tab.lm-mod-current[data-type='document-title']")
+            expect(current).to_contain_text("03-first-batch-job-exercises.ipynb")
+            exercise = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(exercise.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            exercise.locator(".validate-button").click()
+            dialog = page.locator(".jp-Dialog")
+            expect(dialog).to_contain_text("Validation Results", timeout=300_000)
+            expect(dialog).to_contain_text("The following cell failed")
+            expect(dialog).to_contain_text("name 'fixed_script' is not defined")  # exercise 1's answer
+            expect(dialog).not_to_contain_text("ModuleNotFoundError")  # the setup cells ran
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser-validate.png"))
+        finally:
+            browser.close()

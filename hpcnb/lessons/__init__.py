@@ -1,8 +1,8 @@
 """Lesson helpers: what the course's notebooks (and the scripts their jobs run) use beside the job
 API, one module per topic, each naming its lessons in its docstring: ``checkpoint`` (12),
-``distributed`` (8, 10, 11, 13), ``precision`` (7), ``scaling`` (11), ``softenv`` (3b), ``spread``
-(2, 6, 8, 10), ``storage`` (2), ``stragglers`` (13), ``training`` (8, 9, 10), ``tuning`` (6, 7),
-``tunnel`` (5). This module holds what every notebook needs:
+``distributed`` (8, 10, 11, 13), ``markdown`` (1, 2, 6, 7, 11: tables), ``precision`` (7),
+``scaling`` (11), ``softenv`` (3b), ``spread`` (2, 6, 8, 10), ``storage`` (2), ``stragglers`` (13),
+``training`` (8, 9, 10), ``tuning`` (6, 7), ``tunnel`` (5). This module holds what every notebook needs:
 
 * :func:`setup` — the first cell of every lesson and exercise notebook;
 * :func:`work_folder` — the folder a lesson's files and jobs work in;

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     import torch
 
-PORT_BASE, PORT_SPAN = 16000, 16000  # below Linux's ephemeral ports (32768-60999), above Lightning's 15000-15999
+PORT_BASE, PORT_SPAN = 16000, 16000  # 16000-31999: below Linux's ephemeral ports (32768-60999); Lightning
+# takes 15000 + the job id's last four digits (15000-24999), unless MASTER_PORT is set (lesson 8)
 
 
 class SlurmContextError(RuntimeError):

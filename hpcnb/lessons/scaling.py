@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from . import markdown
+
 __all__ = [
     "Run", "ScaledRun", "AmdahlFit", "GustafsonFit", "read_runs", "write_runs", "validate_runs",
     "speedup_efficiency", "fit_amdahl", "fit_gustafson", "amdahl_speedup", "gustafson_speedup",
@@ -433,14 +435,14 @@ def format_table(rows: Iterable[RowLike]) -> str:
     ranged = any(r.speedup_low is not None for r in scaled)
     head = ["kind", "tasks", "nodes", "seconds", "ideal", "speed-up", *(["range"] if ranged else []),
             "efficiency", "samples/s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in scaled:
         cells = [r.kind, r.tasks, r.nodes, f"{r.seconds:.3g}", f"{r.ideal:g}x", f"{r.speedup:.2f}x"]
         if ranged:
             cells.append("-" if r.speedup_low is None else f"{r.speedup_low:.2f}-{r.speedup_high:.2f}x")
         cells += [f"{r.efficiency:.0%}", "-" if r.throughput is None else f"{r.throughput:,.1f}"]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown.table(head, rows)
 
 
 def plot_scaling(rows: Iterable[RowLike], fit: AmdahlFit | bool | None = None, ax: Any = None,

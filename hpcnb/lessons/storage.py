@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from . import markdown
 from .spread import ratio_range
 
 __all__ = [
@@ -162,7 +163,7 @@ class LayoutTable(list):
         read = f"read s (median of {runs}, range)" if runs > 1 else "read s"
         head = ["layout", "files", "MB apparent", "MB allocated", "write s", read,
                 "files/s", "samples/s", "payload MB/s", "simulated latency"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        rows = []
         for r in self:
             spread = f" ({min(r.read_runs):.3f}–{max(r.read_runs):.3f})" if len(r.read_runs) > 1 else ""
             cells = [r.layout, str(r.files), f"{r.bytes / 1e6:.2f}", f"{r.disk_bytes / 1e6:.2f}",
@@ -170,7 +171,8 @@ class LayoutTable(list):
                      _fmt(r.samples_per_s, ",.0f"), _fmt(r.mb_per_s, ".1f"),
                      f"{r.simulated_latency_s * 1e3:g} ms (simulated)" if r.simulated_latency_s
                      else "none"]
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append(cells)
+        lines = [markdown.table(head, rows)]
         sim = sorted({r.simulated_latency_s for r in self if r.simulated_latency_s})
         if sim:
             ms = ", ".join(f"{s * 1e3:g} ms" for s in sim)

@@ -50,6 +50,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import markdown
+
 __all__ = [
     "COLUMNS", "Config", "SyntheticImages", "device", "cpus_for_job", "dataloader_workers",
     "set_threads", "make_model", "make_loader", "measure_step", "measure_loop",
@@ -1024,7 +1026,7 @@ def _fmt(value: Any) -> str:
         if math.isnan(value):
             return "—"
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return str(value)
 
 
 def markdown_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None,
@@ -1035,9 +1037,7 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | N
         return "(no rows)"
     columns = list(columns or rows[0])
     headers = headers or {}
-    lines = ["| " + " | ".join(headers.get(c, c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown.table([headers.get(c, c) for c in columns], ([_fmt(r.get(c)) for c in columns] for r in rows))
 
 
 def plot_tuning(rows: Iterable[Mapping[str, Any]], title: str = ""):
