@@ -60,9 +60,6 @@ def test_every_lesson_opens_with_questions_time_and_its_exercises() -> None:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Issue 25: lessons 6 and 7 are edited on another branch, which drops their solutions links too.
-EDITED_ELSEWHERE = {"06-single-device-tuning.ipynb", "07-tf32-and-precision.ipynb"}
-
-
 def _markdown(notebook: Path) -> str:
     return "\n".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
                      if c["cell_type"] == "markdown")
@@ -79,6 +76,6 @@ def test_every_relative_link_of_a_lesson_or_exercise_finds_its_file() -> None:
 
 def test_lessons_send_students_to_the_exercises_not_the_solutions() -> None:
     """Issue 25: a link into ../solutions/ is a spoiler, and dead in the students' release."""
-    lessons = [nb for nb in sorted((ROOT / "notebooks").glob("*.ipynb")) if nb.name not in EDITED_ELSEWHERE]
+    lessons = sorted((ROOT / "notebooks").glob("*.ipynb"))
     spoilers = [nb.name for nb in lessons if "solutions/" in _markdown(nb)]
     assert not spoilers, spoilers
