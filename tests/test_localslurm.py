@@ -67,6 +67,20 @@ def test_failure_timeout_and_states(workdir: Path) -> None:
     assert f"{late}|TIMEOUT|0:0" in rows and f"{late}.batch|CANCELLED|0:15" in rows
 
 
+def test_scontrol_update_time_limit_takes_effect_on_a_running_job(workdir: Path) -> None:
+    lowered = submit("--time=10:00", "--wrap", "sleep 300")
+    raised = submit("--time=0:03", "--wrap", "sleep 300")
+    wait_state(lowered, ("RUNNING",))
+    wait_state(raised, ("RUNNING",))
+    for job, limit in ((lowered, "0:02"), (raised, "10:00")):
+        done = run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"])
+        assert done.returncode == 0, done.stderr
+    assert wait_state(lowered, ("TIMEOUT",), timeout=20) == "TIMEOUT"  # killed at its new limit
+    time.sleep(2)  # the raised job is now past its old limit
+    assert squeue_field(raised, "%T %l") == "RUNNING 10:00"  # past its old limit, still running
+    run(["scancel", str(raised)])
+
+
 def test_pending_reasons_resources_priority_and_fit(workdir: Path) -> None:
     big = submit("-N2", "--exclusive", "--wrap", "sleep 300")  # until cancelled: however slow the machine
     wait_state(big, ("RUNNING",))
