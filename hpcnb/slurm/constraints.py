@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator
 from typing import NamedTuple, Union
 
 __all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "unknown_features", "node_matches",
-           "variants", "counts_met"]
+           "variants", "counted", "counts_met"]
 
 INVALID = "Invalid feature specification"
 
@@ -128,6 +128,11 @@ def _alternatives(term: Term) -> list[Term]:
                 out.append(Group(flat.items[start:i + 1], flat.ops[start:i]))
                 start = i + 1
     return out
+
+
+def counted(group: Group) -> set[str]:
+    """The features the constraint counts (``a*2``)."""
+    return {f.name for f in _features(group) if f.count}
 
 
 def counts_met(group: Group, node_features: list[Collection[str]]) -> bool:
