@@ -231,6 +231,9 @@ NODE_FEATURES = {"n1": {"gpu", "fast", "rack1"}, "n2": {"gpu", "rack2"}, "n3": {
     ("fast|(cpu&rack2)", ["n1", "n3"]),
     ("[rack1|rack2]", ["n1", "n2", "n3"]),
     ("gpu&rack1*1", ["n1", "n2"]),  # a counted feature does not bind each node
+    ("gpu,fast", ["n1"]),  # a comma is an AND
+    ("gpu&", ["n1", "n2"]),  # one operator may end it (22.05)
+    ("cpu*1|gpu", ["n1", "n2", "n3"]),
 ])
 def test_constraint_matches_nodes_left_to_right(text: str, matching: list[str]) -> None:
     group = constraints.parse_constraint(text)
@@ -245,6 +248,9 @@ def test_matching_or_puts_every_node_on_one_alternative_and_counts_are_met() -> 
     counted = constraints.parse_constraint("[rack1*1&rack2*2]")
     assert constraints.counts_met(counted, [NODE_FEATURES[n] for n in ("n1", "n2", "n3")])
     assert not constraints.counts_met(counted, [NODE_FEATURES[n] for n in ("n1", "n2")])
+    either = constraints.parse_constraint("rack1*2|gpu")  # met by the count or by every node's gpu
+    assert constraints.counts_met(either, [NODE_FEATURES["n1"], NODE_FEATURES["n2"]])
+    assert not constraints.counts_met(either, [NODE_FEATURES["n1"], NODE_FEATURES["n3"]])
 
 
 def test_unknown_features_are_named() -> None:
@@ -253,8 +259,8 @@ def test_unknown_features_are_named() -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "", "gpu&", "&gpu", "gpu||fast", "gpu,fast", "(gpu", "gpu)", "[gpu|fast", "[[gpu]]", "gpu*0", "gpu*",
-    "gpu*2|fast", "[a*2|b]", "gpu fast(", "a*2x",
+    "", "&gpu", "gpu||fast", "gpu&|fast", "gpu&(", "gpu&&", "(gpu", "gpu)", "[gpu|fast", "[[gpu]]", "gpu*0",
+    "gpu*", "gpu fast(", "a*2x",
 ])
 def test_bad_constraints_are_refused(text: str) -> None:
     with pytest.raises(constraints.ConstraintError):

@@ -1,19 +1,20 @@
-"""Slurm's ``--constraint``: node features joined by ``&`` (AND) and ``|`` (OR), read left to right as
-slurmctld reads them; ``(...)`` groups; ``[a|b]`` is a matching OR (every node of the job has the same
-one); ``a*2`` asks for at least 2 nodes with ``a`` (the other nodes need not have it).
+"""Slurm's ``--constraint``: node features joined by ``&`` (AND; a comma too, which slurmctld keeps as
+``&``) and ``|`` (OR), read left to right as slurmctld reads them; ``(...)`` groups; ``[a|b]`` is a
+matching OR (every node of the job has the same one); ``a*2`` asks for at least 2 nodes with ``a`` (the
+other nodes need not have it). One operator may end the expression (``gpu&``), as 22.05 lets it.
 
 What slurmctld refuses with ``Invalid feature specification`` raises :class:`ConstraintError`: an empty
-feature, a comma, an unbalanced or nested bracket, a count that is no positive number, a count together
-with an OR (22.05's rule) and, through :func:`unknown_features`, a feature no node has.
+feature, two operators in a row, an unbalanced or nested bracket, a count that is no positive number
+and, through :func:`unknown_features`, a feature no node has (names are case-sensitive).
 """
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple, Union
 
-__all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "unknown_features", "node_matches",
+__all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "as_stored", "unknown_features", "node_matches",
            "variants", "counted", "counts_met"]
 
 INVALID = "Invalid feature specification"
@@ -40,13 +41,15 @@ _TOKEN = re.compile(r"[&|()\[\]]|\*\d*|[^&|()\[\]*]+")
 
 def parse_constraint(text: str) -> Group:
     """The constraint as a tree, or :class:`ConstraintError`."""
-    if "," in text:
-        raise ConstraintError(f"{text!r}: a comma is no feature operator (use & or |)")
-    tokens = _TOKEN.findall(text)
-    group, _ = _expr(tokens, 0, None, text)
-    if "|" in text and any(f.count for f in _features(group)):
-        raise ConstraintError(f"{text!r}: a feature count cannot go with an OR")
-    return group
+    tokens = _TOKEN.findall(as_stored(text))
+    if tokens[-1:] in (["&"], ["|"]):
+        tokens.pop()
+    return _expr(tokens, 0, None, text)[0]
+
+
+def as_stored(text: str) -> str:
+    """The constraint as slurmctld keeps it (``scontrol show job``'s Features=): a comma is an ``&``."""
+    return text.replace(",", "&")
 
 
 def _expr(tokens: list[str], pos: int, closing: str | None, text: str) -> tuple[Group, int]:
@@ -100,9 +103,14 @@ def node_matches(term: Term, features: Collection[str]) -> bool:
     """Whether a node with these features may be one of the job's (a counted feature: any node may)."""
     if isinstance(term, Feature):
         return bool(term.count) or term.name in features
-    result = node_matches(term.items[0], features)
-    for op, item in zip(term.ops, term.items[1:]):
-        found = node_matches(item, features)
+    return _combine(term, lambda item: node_matches(item, features))
+
+
+def _combine(group: Group, test: Callable[[Term], bool]) -> bool:
+    """The group's items tested and joined left to right, as slurmctld does (no precedence)."""
+    result = test(group.items[0])
+    for op, item in zip(group.ops, group.items[1:]):
+        found = test(item)
         result = (result and found) if op == "&" else (result or found)
     return result
 
@@ -135,7 +143,12 @@ def counted(group: Group) -> set[str]:
     return {f.name for f in _features(group) if f.count}
 
 
-def counts_met(group: Group, node_features: list[Collection[str]]) -> bool:
-    """Whether the job's nodes hold every counted feature (``a*2``) often enough."""
-    return all(sum(f.name in features for features in node_features) >= f.count
-               for f in _features(group) if f.count)
+def counts_met(term: Term, node_features: list[Collection[str]]) -> bool:
+    """Whether the job's nodes, together, hold the counted features (``a*2``: on at least 2 of them)
+    where the constraint needs them (``a*2|b`` is also met by nodes that all have ``b``)."""
+    if isinstance(term, Feature):
+        have = sum(term.name in features for features in node_features)
+        return have >= term.count if term.count else have == len(node_features)
+    if not any(f.count for f in _features(term)):
+        return all(node_matches(term, features) for features in node_features)
+    return _combine(term, lambda item: counts_met(item, node_features))
