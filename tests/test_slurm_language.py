@@ -253,6 +253,15 @@ def test_matching_or_puts_every_node_on_one_alternative_and_counts_are_met() -> 
     assert not constraints.counts_met(either, [NODE_FEATURES["n1"], NODE_FEATURES["n3"]])
 
 
+@pytest.mark.parametrize(("text", "misplaced"), [
+    ("v100*2", False), ("[v100*2]", False), ("[gpu*1&v100*1]", False), ("[gpu*1&v100*1]&gpu", False),
+    ("gpu&v100", False), ("v100*2|gpu", True), ("gpu&v100*2", True), ("(v100*2)", True), ("[gpu*1|v100*1]", True),
+    ("[gpu&v100*2]", True),
+])
+def test_counts_where_slurm_2411_refuses_them(text: str, misplaced: bool) -> None:
+    assert constraints.counts_misplaced(constraints.parse_constraint(text)) is misplaced  # measured on 24.11
+
+
 def test_unknown_features_are_named() -> None:
     group = constraints.parse_constraint("(gpu&nosuch)|[a|rack1]")
     assert constraints.unknown_features(group, {"gpu", "rack1"}) == ["nosuch", "a"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple, Union
 
 __all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "as_stored", "unknown_features", "node_matches",
-           "variants", "counted", "counts_met"]
+           "variants", "counted", "counts_met", "counts_misplaced"]
 
 INVALID = "Invalid feature specification"
 
@@ -136,6 +136,24 @@ def _alternatives(term: Term) -> list[Term]:
                 out.append(Group(flat.items[start:i + 1], flat.ops[start:i]))
                 start = i + 1
     return out
+
+
+def counts_misplaced(group: Group) -> bool:
+    """Whether a count stands where Slurm 24.11 refuses it (22.05 takes it): 24.11 takes a count only
+    on a constraint of one feature (``a*2``) or in brackets of counted features joined by ``&``
+    (``[a*1&b*2]``, which may be joined to the rest: ``[a*1&b*2]&c``). Measured on the real 24.11."""
+    if len(group.items) == 1 and isinstance(group.items[0], Feature):
+        return False
+    return any(_counts_misplaced(item) for item in group.items)
+
+
+def _counts_misplaced(term: Term) -> bool:
+    if isinstance(term, Feature):
+        return bool(term.count)
+    counts = [isinstance(item, Feature) and item.count > 0 for item in term.items]
+    if term.matching and any(counts):
+        return not all(counts) or "|" in term.ops
+    return any(_counts_misplaced(item) for item in term.items)
 
 
 def counted(group: Group) -> set[str]:
