@@ -71,16 +71,17 @@ def test_failure_timeout_and_states(workdir: Path) -> None:
 
 
 def test_scontrol_update_time_limit_takes_effect_on_a_running_job(workdir: Path) -> None:
+    raised = submit("--time=0:08", "--wrap", "sleep 300")
     lowered = submit("--time=10:00", "--wrap", "sleep 300")
-    raised = submit("--time=0:03", "--wrap", "sleep 300")
-    wait_state(lowered, ("RUNNING",))
     wait_state(raised, ("RUNNING",))
-    for job, limit in ((lowered, "0:02"), (raised, "10:00")):
+    started = time.time()
+    wait_state(lowered, ("RUNNING",))
+    for job, limit in ((raised, "10:00"), (lowered, "0:02")):
         done = run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"])
         assert done.returncode == 0, done.stderr
     assert wait_state(lowered, ("TIMEOUT",), timeout=20) == "TIMEOUT"  # killed at its new limit
-    time.sleep(2)  # the raised job is now past its old limit
-    assert squeue_field(raised, "%T %l") == "RUNNING 10:00"  # past its old limit, still running
+    time.sleep(max(0.0, started + 9 - time.time()))  # the raised job is now past its old limit
+    assert squeue_field(raised, "%T %l") == "RUNNING 10:00"
     run(["scancel", str(raised)])
 
 
