@@ -135,6 +135,9 @@ def test_gpu_types_and_constraints_choose_the_nodes(tmp_path: Path) -> None:
             nodes = run(["sacct", "-n", "-X", "-P", "-j", done.stdout.strip(), "--format", "NodeList"], env=env)
             placed.append((options, nodes.stdout.strip()))
         assert placed == PLACEMENTS
+        held = run(["sbatch", "--parsable", "--hold", "-C", "v100,gpu", "--wrap", "true"], env=env, cwd=tmp_path)
+        shown = run(["squeue", "-h", "-j", held.stdout.strip(), "-o", "%f"], env=env).stdout
+        assert shown == "v100&gpu\n"  # slurmctld keeps a comma as &
     finally:
         run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
