@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple, Union
 
-__all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "as_stored", "unknown_features", "node_matches",
-           "variants", "counted", "counts_met", "counts_misplaced"]
+__all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "as_stored", "unknown_features",
+           "node_matches", "variants", "counted", "counts_met", "counts_misplaced"]
 
 INVALID = "Invalid feature specification"
 
@@ -75,7 +75,7 @@ def _term(tokens: list[str], pos: int, closing: str | None, text: str) -> tuple[
         if token == "[" and closing == "]":
             raise ConstraintError(f"{text!r}: brackets cannot nest")
         return _expr(tokens, pos + 1, ")" if token == "(" else "]", text)
-    if not token or token in "&|)]" or token.startswith("*"):
+    if not token or token in ("&", "|", ")", "]") or token.startswith("*"):
         raise ConstraintError(f"{text!r}: a feature name is missing")
     pos += 1
     if pos < len(tokens) and tokens[pos].startswith("*"):
