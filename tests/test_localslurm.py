@@ -120,6 +120,7 @@ PLACEMENTS = [
     (["-C", "gpu&v100|fast", "-N3"], "node[1-3]"),
     (["-C", "[v100|a100]", "-N2"], "node[1-2]"),  # a matching OR: never node3 with another
     (["-C", "a100*1", "-N2"], "node[1,3]"),
+    (["-C", "v100*2"], "node[1-2]"),  # a count asks for that many nodes
 ]
 
 

@@ -69,8 +69,9 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
     group = _constraint(req)
     counted = constraints.counted(group) if group else set()
     preferred = {n for n, node in cluster.nodes.items() if counted & set(node.features)}
+    least = constraints.nodes_counted(group) if group else 1
     for candidates in node_choices(req, cluster, partition, group):
-        placed = _place_on(req, cluster, candidates, free, preferred)
+        placed = _place_on(req, cluster, candidates, free, preferred, least)
         if placed is not None and (group is None or constraints.counts_met(
                 group, [cluster.nodes[p["node"]].features for p in placed])):
             return placed
@@ -96,10 +97,14 @@ def node_choices(req: JobRequest, cluster: Cluster, partition: str,
 
 
 def _place_on(req: JobRequest, cluster: Cluster, candidates: list[str], free: dict[str, Free],
-              preferred: set[str]) -> list[dict] | None:
-    """:func:`place` on these candidate nodes only, the ``preferred`` ones (with a counted feature) first."""
+              preferred: set[str], least: int) -> list[dict] | None:
+    """:func:`place` on these candidate nodes only, the ``preferred`` ones (with a counted feature) first,
+    on ``least`` nodes or more (what the constraint's counts ask for)."""
     ntasks = task_count(req)
     nodes_min = req.nodes_min or (math.ceil(ntasks / req.ntasks_per_node) if req.ntasks_per_node else 1)
+    if least > nodes_min:  # as -N least: one task per node, unless -n says otherwise
+        nodes_min = least
+        ntasks = req.ntasks or least * (req.ntasks_per_node or 1)
     nodes_max = req.nodes_max or req.nodes_min or len(cluster.nodes)
     if req.nodelist:
         import hostlist

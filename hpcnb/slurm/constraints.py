@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import NamedTuple, Union
 
 __all__ = ["ConstraintError", "Feature", "Group", "parse_constraint", "as_stored", "unknown_features",
-           "node_matches", "variants", "counted", "counts_met", "counts_misplaced"]
+           "node_matches", "variants", "counted", "nodes_counted", "counts_met", "counts_misplaced"]
 
 INVALID = "Invalid feature specification"
 
@@ -159,6 +159,11 @@ def _counts_misplaced(term: Term) -> bool:
 def counted(group: Group) -> set[str]:
     """The features the constraint counts (``a*2``)."""
     return {f.name for f in _features(group) if f.count}
+
+
+def nodes_counted(group: Group) -> int:
+    """How many nodes the counts ask for at least (``[a*1&b*2]``: 3), as slurmctld then gives the job."""
+    return sum(f.count for f in _features(group))
 
 
 def counts_met(term: Term, node_features: list[Collection[str]]) -> bool:

@@ -40,7 +40,9 @@ MORE = {
     "sbatch_constraint_and": ["sbatch", "--constraint=gpu&v100", "--wrap", "true"],
     "sbatch_constraint_comma_trailing_and": ["sbatch", "--constraint=v100,gpu&", "--wrap", "true"],
     "sbatch_constraint_double_operator": ["sbatch", "--constraint=gpu&&v100", "--wrap", "true"],
-    "sbatch_constraint_count_or": ["sbatch", "--constraint=v100*2|gpu", "--wrap", "true"],
+    "sbatch_constraint_count": ["sbatch", "--constraint=v100*2", "--wrap", "echo $SLURM_NNODES"],
+    # -N2: without it a real 22.05 gives the job 2 nodes (NumNodes, $SLURM_NNODES) but places it on one
+    "sbatch_constraint_count_or": ["sbatch", "-N2", "--constraint=v100*2|gpu", "--wrap", "true"],
     "sbatch_constraint_matching_or": ["sbatch", "-N2", "--constraint=[gpu|v100]", "--wrap", "true"],
     "sbatch_constraint_parens_count": ["sbatch", "-N2", "--constraint=(gpu&v100)&v100*2", "--wrap", "true"],
     "srun_gres_gpu_type_unknown": ["srun", "--gres=gpu:a100:1", "true"],
