@@ -167,7 +167,8 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
         group = _constraint(req)
     except constraints.ConstraintError:
         return constraints.INVALID
-    if group and (constraints.unknown_features(group, {f for node in cluster.nodes.values() for f in node.features})
+    features = {f for node in cluster.nodes.values() for f in node.features}
+    if group and (constraints.unknown_features(group, features)
                   or cluster.since("24.11") and constraints.counts_misplaced(group)):
         return constraints.INVALID
     if not node_choices(req, cluster, partition, group):

@@ -195,7 +195,8 @@ class Supervisor:
                 continue
             if now >= next_poll and self.revoked is None:
                 next_poll = now + MEM_POLL_S
-                if verdict is None and (fresh := self._time_limit(time_limit)) != time_limit:  # scontrol update TimeLimit=
+                # scontrol update TimeLimit= takes effect at once
+                if verdict is None and (fresh := self._time_limit(time_limit)) != time_limit:
                     time_limit = fresh
                     deadline, warn_at = self._due(time_limit, warned)
                     continue
