@@ -9,7 +9,7 @@
 #
 # VERSION is 22.05 (the default, or $HPCNB_REAL_SLURM) or 24.11. As root, no systemd needed.
 # Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
-# node[1-2] (2 CPUs, 8000 MB, gpu:2 each, one `slurmd -N nodeX` per node on 127.0.0.1),
+# node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node on 127.0.0.1),
 # partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
 # installed into /etc/slurm/ (of the host, or of the chroot).
 #

@@ -1,6 +1,7 @@
 """End-to-end behaviour of the local Slurm through its commands (no real Slurm needed)."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from conftest import run
 
 from hpcnb.backend import local_bin_dir
+from hpcnb.sites import SITES_DIR
 
 
 def submit(*args: str) -> int:
@@ -67,6 +69,79 @@ def test_failure_timeout_and_states(workdir: Path) -> None:
     assert f"{failed}|FAILED|3:0" in rows and f"{failed}.batch|FAILED|3:0" in rows
     assert f"{killed}|FAILED|0:9" in rows
     assert f"{late}|TIMEOUT|0:0" in rows and f"{late}.batch|CANCELLED|0:15" in rows
+
+
+def test_scontrol_update_time_limit_takes_effect_on_a_running_job(workdir: Path) -> None:
+    raised = submit("--time=0:08", "--wrap", "sleep 300")
+    lowered = submit("--time=10:00", "--wrap", "sleep 300")
+    wait_state(raised, ("RUNNING",))
+    started = time.time()
+    wait_state(lowered, ("RUNNING",))
+    for job, limit in ((raised, "10:00"), (lowered, "0:02")):
+        done = run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"])
+        assert done.returncode == 0, done.stderr
+    assert wait_state(lowered, ("TIMEOUT",), timeout=20) == "TIMEOUT"  # killed at its new limit
+    time.sleep(max(0.0, started + 9 - time.time()))  # the raised job is now past its old limit
+    assert squeue_field(raised, "%T %l") == "RUNNING 10:00"
+    run(["scancel", str(raised)])
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("--gres=gpu:a100:1", "Requested node configuration is not available"),
+    ("--gpus=a100:1", "Requested node configuration is not available"),
+    ("--gpus-per-node=a100:1", "Requested node configuration is not available"),
+    ("--constraint=nosuchfeature", "Invalid feature specification"),
+    ("--constraint=gpu&fast", "Invalid feature specification"),
+    ("--constraint=gpu,nosuch", "Invalid feature specification"),
+    ("--constraint=[gpu|v100", "Invalid feature specification"),
+])
+def test_unknown_gpu_types_and_features_are_refused_at_submission(workdir: Path, option: str, message: str) -> None:
+    done = run(["sbatch", option, "--wrap", "true"])
+    assert (done.returncode, done.stderr) == (1, f"sbatch: error: Batch job submission failed: {message}\n")
+
+
+MIXED_NODE = """
+[[nodes]]
+names = "node3"
+cpus = 2
+memory_mb = 8000
+gpus = 1
+gpu_type = "a100"
+features = ["gpu", "a100", "fast"]
+
+[[gpu_types]]
+name = "a100"
+"""
+
+
+PLACEMENTS = [
+    (["--gres=gpu:a100:1"], "node3"),
+    (["--gpus=v100:1", "-N2"], "node[1-2]"),
+    (["-C", "fast"], "node3"),
+    (["-C", "gpu&v100|fast", "-N3"], "node[1-3]"),
+    (["-C", "[v100|a100]", "-N2"], "node[1-2]"),  # a matching OR: never node3 with another
+    (["-C", "a100*1", "-N2"], "node[1,3]"),
+    (["-C", "v100*2"], "node[1-2]"),  # a count asks for that many nodes
+]
+
+
+def test_gpu_types_and_constraints_choose_the_nodes(tmp_path: Path) -> None:
+    profile = tmp_path / "local.toml"
+    profile.write_text((SITES_DIR / "local.toml").read_text() + MIXED_NODE)
+    env = {**os.environ, "HPCNB_STATE_DIR": str(tmp_path / "state"), "HPCNB_PROFILE": str(profile)}
+    try:
+        placed = []
+        for options, _ in PLACEMENTS:
+            done = run(["sbatch", "--parsable", "--wait", *options, "--wrap", "true"], env=env, cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            nodes = run(["sacct", "-n", "-X", "-P", "-j", done.stdout.strip(), "--format", "NodeList"], env=env)
+            placed.append((options, nodes.stdout.strip()))
+        assert placed == PLACEMENTS
+        held = run(["sbatch", "--parsable", "--hold", "-C", "v100,gpu", "--wrap", "true"], env=env, cwd=tmp_path)
+        shown = run(["squeue", "-h", "-j", held.stdout.strip(), "-o", "%f"], env=env).stdout
+        assert shown == "v100&gpu\n"  # slurmctld keeps a comma as &
+    finally:
+        run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
 
 def test_pending_reasons_resources_priority_and_fit(workdir: Path) -> None:
@@ -176,9 +251,10 @@ def test_sinfo_scontrol_and_hostnames() -> None:
     assert run(["scontrol", "show", "hostnames", "node[1-2],gpu[07-08]"]).stdout.split() == \
         ["node1", "node2", "gpu07", "gpu08"]
     info = run(["sinfo", "-o", "%P %D %c %m %G"]).stdout.splitlines()
-    assert info == ["PARTITION NODES CPUS MEMORY GRES", "debug* 2 2 8000 gpu:2", "short 2 2 8000 gpu:2"]
+    assert info == ["PARTITION NODES CPUS MEMORY GRES", "debug* 2 2 8000 gpu:v100:2", "short 2 2 8000 gpu:v100:2"]
     node = run(["scontrol", "show", "node", "node2"]).stdout
-    assert "NodeName=node2" in node and "RealMemory=8000" in node and "Gres=gpu:2" in node
+    assert "NodeName=node2" in node and "RealMemory=8000" in node and "Gres=gpu:v100:2" in node
+    assert "AvailableFeatures=gpu,v100" in node
 
 
 def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:

@@ -111,7 +111,8 @@ def test_profiles_never_point_at_shared_reference_tree() -> None:
 
 def test_local_profile_shape_is_exact() -> None:
     p = load_profile("local")
-    assert p.nodes == (NodeGroup(names="node[1-2]", cpus=2, memory_mb=8000, gpus=2, gpu_type=None),)
+    assert p.nodes == (NodeGroup(names="node[1-2]", cpus=2, memory_mb=8000, gpus=2, gpu_type="v100",
+                                 features=("gpu", "v100")),)
     assert p.nodes[0].hostnames == ("node1", "node2")
     assert [part.name for part in p.partitions] == ["debug", "short"]
     debug, short = p.partitions

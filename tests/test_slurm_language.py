@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcnb import jobs, sites, slurm_options
-from hpcnb.slurm import gpus, sizes, states, times
+from hpcnb.slurm import constraints, gpus, sizes, states, times
 from hpcnb.slurm.sizes import SizeError, format_size, parse_bytes, parse_mem, parse_printed_size
 from hpcnb.slurm.times import (
     TimeSpecError,
@@ -227,3 +227,61 @@ def test_a_record_copies_its_defaults_refuses_unknown_fields_and_round_trips() -
     assert one.given == ["x"]  # to_dict copies
     with pytest.raises(TypeError, match="unknown field"):
         Request(nmae="typo")
+
+
+# ------------------------------------------------------------------------------ constraints
+
+NODE_FEATURES = {"n1": {"gpu", "fast", "rack1"}, "n2": {"gpu", "rack2"}, "n3": {"cpu", "rack2"}}
+
+
+@pytest.mark.parametrize(("text", "matching"), [
+    ("gpu", ["n1", "n2"]),
+    ("gpu&fast", ["n1"]),
+    ("cpu|fast", ["n1", "n3"]),
+    ("fast|cpu&rack2", ["n3"]),  # left to right, as slurmctld: (fast|cpu)&rack2
+    ("fast|(cpu&rack2)", ["n1", "n3"]),
+    ("[rack1|rack2]", ["n1", "n2", "n3"]),
+    ("gpu&rack1*1", ["n1", "n2"]),  # a counted feature does not bind each node
+    ("gpu,fast", ["n1"]),  # a comma is an AND
+    ("gpu&", ["n1", "n2"]),  # one operator may end it (22.05)
+    ("cpu*1|gpu", ["n1", "n2", "n3"]),
+])
+def test_constraint_matches_nodes_left_to_right(text: str, matching: list[str]) -> None:
+    group = constraints.parse_constraint(text)
+    assert [n for n, feats in NODE_FEATURES.items() if constraints.node_matches(group, feats)] == matching
+
+
+def test_matching_or_puts_every_node_on_one_alternative_and_counts_are_met() -> None:
+    group = constraints.parse_constraint("gpu&[rack1|rack2]")
+    options = [[n for n, feats in NODE_FEATURES.items() if constraints.node_matches(v, feats)]
+               for v in constraints.variants(group)]
+    assert options == [["n1"], ["n2"]]
+    counted = constraints.parse_constraint("[rack1*1&rack2*2]")
+    assert constraints.counts_met(counted, [NODE_FEATURES[n] for n in ("n1", "n2", "n3")])
+    assert not constraints.counts_met(counted, [NODE_FEATURES[n] for n in ("n1", "n2")])
+    either = constraints.parse_constraint("rack1*2|gpu")  # met by the count or by every node's gpu
+    assert constraints.counts_met(either, [NODE_FEATURES["n1"], NODE_FEATURES["n2"]])
+    assert not constraints.counts_met(either, [NODE_FEATURES["n1"], NODE_FEATURES["n3"]])
+
+
+@pytest.mark.parametrize(("text", "misplaced"), [
+    ("v100*2", False), ("[v100*2]", False), ("[gpu*1&v100*1]", False), ("[gpu*1&v100*1]&gpu", False),
+    ("gpu&v100", False), ("v100*2|gpu", True), ("gpu&v100*2", True), ("(v100*2)", True), ("[gpu*1|v100*1]", True),
+    ("[gpu&v100*2]", True),
+])
+def test_counts_where_slurm_2411_refuses_them(text: str, misplaced: bool) -> None:
+    assert constraints.counts_misplaced(constraints.parse_constraint(text)) is misplaced  # measured on 24.11
+
+
+def test_unknown_features_are_named() -> None:
+    group = constraints.parse_constraint("(gpu&nosuch)|[a|rack1]")
+    assert constraints.unknown_features(group, {"gpu", "rack1"}) == ["nosuch", "a"]
+
+
+@pytest.mark.parametrize("text", [
+    "", "&gpu", "gpu||fast", "gpu&|fast", "gpu&(", "gpu&&", "(gpu", "gpu)", "[gpu|fast", "[[gpu]]", "gpu*0",
+    "gpu*", "gpu fast(", "a*2x",
+])
+def test_bad_constraints_are_refused(text: str) -> None:
+    with pytest.raises(constraints.ConstraintError):
+        constraints.parse_constraint(text)

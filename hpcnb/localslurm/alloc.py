@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+
+from hpcnb.slurm import constraints
+
 from .cluster import Cluster, Node
 from .request import JobRequest
 
@@ -63,10 +66,46 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
 
     Returns one dict per node: ``{"node", "tasks", "cpus", "mem", "gpus"}``.
     """
+    group = _constraint(req)
+    counted = constraints.counted(group) if group else set()
+    preferred = {n for n, node in cluster.nodes.items() if counted & set(node.features)}
+    least = constraints.nodes_counted(group) if group else 1
+    for candidates in node_choices(req, cluster, partition, group):
+        placed = _place_on(req, cluster, candidates, free, preferred, least)
+        if placed is not None and (group is None or constraints.counts_met(
+                group, [cluster.nodes[p["node"]].features for p in placed])):
+            return placed
+    return None
+
+
+def _constraint(req: JobRequest) -> constraints.Group | None:
+    """The job's ``--constraint`` (checked at submission, see :func:`never_fits`), or None."""
+    return constraints.parse_constraint(req.constraint) if req.constraint else None
+
+
+def node_choices(req: JobRequest, cluster: Cluster, partition: str,
+                 group: constraints.Group | None) -> list[list[str]]:
+    """The partition's nodes the job may have, with the GPU type it asks for and its features: one
+    list for each way of resolving its matching ORs (``[a|b]``), empty lists left out."""
+    typed = [n for n in cluster.partitions[partition].nodes
+             if req.gpu_type is None or cluster.nodes[n].gpu_type == req.gpu_type]
+    if group is None:
+        return [typed] if typed else []
+    choices = ([n for n in typed if constraints.node_matches(v, cluster.nodes[n].features)]
+               for v in constraints.variants(group))
+    return [names for names in choices if names]
+
+
+def _place_on(req: JobRequest, cluster: Cluster, candidates: list[str], free: dict[str, Free],
+              preferred: set[str], least: int) -> list[dict] | None:
+    """:func:`place` on these candidate nodes only, the ``preferred`` ones (with a counted feature) first,
+    on ``least`` nodes or more (what the constraint's counts ask for)."""
     ntasks = task_count(req)
     nodes_min = req.nodes_min or (math.ceil(ntasks / req.ntasks_per_node) if req.ntasks_per_node else 1)
+    if least > nodes_min:  # as -N least: one task per node, unless -n says otherwise
+        nodes_min = least
+        ntasks = req.ntasks or least * (req.ntasks_per_node or 1)
     nodes_max = req.nodes_max or req.nodes_min or len(cluster.nodes)
-    candidates = list(cluster.partitions[partition].nodes)
     if req.nodelist:
         import hostlist
 
@@ -81,7 +120,7 @@ def place(req: JobRequest, cluster: Cluster, partition: str, free: dict[str, Fre
         excluded = set(hostlist.expand_hostlist(req.exclude))
         candidates = [c for c in candidates if c not in excluded]
     if not req.nodelist:  # best fit, as cons_tres: busier nodes first (checked against a real 22.05)
-        candidates.sort(key=lambda c: free[c].cpus)
+        candidates.sort(key=lambda c: (c not in preferred, free[c].cpus))
 
     chosen: list[tuple[str, int]] = []
     total = 0
@@ -124,6 +163,16 @@ def never_fits(req: JobRequest, cluster: Cluster, partition: str) -> str | None:
     """Why the request can never run in the partition (Slurm's reason text), or None."""
     part = cluster.partitions[partition]
     refused = "Requested node configuration is not available"
+    try:
+        group = _constraint(req)
+    except constraints.ConstraintError:
+        return constraints.INVALID
+    features = {f for node in cluster.nodes.values() for f in node.features}
+    if group and (constraints.unknown_features(group, features)
+                  or cluster.since("24.11") and constraints.counts_misplaced(group)):
+        return constraints.INVALID
+    if not node_choices(req, cluster, partition, group):
+        return refused  # no node of the partition has the GPU type or the features asked for
     if (req.nodes_min or 1) > len(part.nodes):
         # 22.05 accepts it (it pends with reason PartitionNodeLimit); 24.11 refuses it (captured)
         return refused if cluster.since("24.11") else None

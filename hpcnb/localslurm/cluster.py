@@ -22,6 +22,13 @@ class Node(NamedTuple):
     gpu_type: str | None
     features: tuple[str, ...]
 
+    @property
+    def gres(self) -> str:
+        """The node's GPUs as ``scontrol show node`` (Gres=) and ``sinfo %G`` write them: ``gpu:v100:2``."""
+        if not self.gpus:
+            return "(null)"
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"gpu:{self.gpus}"
+
 
 class Partition(NamedTuple):
     name: str

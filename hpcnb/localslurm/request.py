@@ -296,8 +296,8 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         parse_count(value or "", "--mincpus")
     elif name in ("begin", "deadline"):
         setattr(req, name, parse_begin(value or "", "--" + name))
-    elif name == "gpus":
-        parse_gpus(value or "", "--gpus")  # checked like Slurm; total GPU counts are not modelled
+    elif name in ("gpus", "gpus-per-task", "gpus-per-socket"):  # their counts are not modelled, their type is
+        req.gpu_type = parse_gpus(value or "", "--" + name)[1] or req.gpu_type
     elif name == "mem":
         req.mem_mb, req.mem_per_cpu_mb = parse_mem(value or "", "--mem"), None
     elif name == "mem-per-cpu":

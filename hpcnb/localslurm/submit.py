@@ -8,6 +8,7 @@ import re
 import sqlite3
 
 from hpcnb.slurm.bounds import c_int, saturated
+from hpcnb.slurm.constraints import as_stored
 
 from . import db, envvars, paths, scheduler
 from .alloc import never_fits
@@ -88,6 +89,8 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
             "Invalid account or account/partition combination specified",
             f"You have to specify a project for your jobs with --{option} (e.g. {cluster.account_directive}).",
         )
+    if req.constraint:
+        req.constraint = as_stored(req.constraint)  # scontrol's Features= shows a comma as &
     why = never_fits(req, cluster, partition)
     if why in ("Memory specification can not be satisfied", "CPU count per node can not be satisfied"):
         raise SubmitError("Requested node configuration is not available", why)

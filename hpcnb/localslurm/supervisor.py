@@ -177,12 +177,9 @@ class Supervisor:
 
     def watch(self) -> Outcome:
         """Wait for the main process, enforcing time, memory, signals and control requests."""
-        job, req = self.job, self.job["req"]
-        start = job["start_time"]
-        deadline = start + job["time_limit"] if job["time_limit"] else None
-        warn_at = None
-        if req.get("signal") and deadline is not None:
-            warn_at = deadline - req["signal"][2]
+        job = self.job
+        time_limit, warned = job["time_limit"], False
+        deadline, warn_at = self._due(time_limit, warned)
         # each step is held to the job's memory on each of its nodes (the batch step: the first node's),
         # as a real Slurm 22.05 does; --mem=0: all of the node's memory
         node_limit = {p["node"]: (p["mem"] or self.cluster.nodes[p["node"]].memory_mb) * 1024 * 1024
@@ -198,7 +195,7 @@ class Supervisor:
             now = time.time()
             if warn_at is not None and now >= warn_at:
                 self._deliver_warning()
-                warn_at = None
+                warn_at, warned = None, True
             if deadline is not None and now >= deadline and verdict is None:
                 verdict = Outcome("TIMEOUT", step_state="CANCELLED", step_signal=signal.SIGTERM)
                 self._end(verdict, "DUE TO TIME LIMIT")
@@ -206,6 +203,11 @@ class Supervisor:
                 continue
             if now >= next_poll and self.revoked is None:
                 next_poll = now + MEM_POLL_S
+                # scontrol update TimeLimit= takes effect at once
+                if verdict is None and (fresh := self._time_limit(time_limit)) != time_limit:
+                    time_limit = fresh
+                    deadline, warn_at = self._due(time_limit, warned)
+                    continue
                 found = procs.descendants()
                 usage = procs.rss_by_step_node(found, self.node)
                 if gpus is not None:
@@ -237,6 +239,25 @@ class Supervisor:
         if verdict is not None:
             return verdict
         return outcome_of(list(self.mains.values()), self.cluster.since("24.11"))
+
+    def _due(self, time_limit: int | None, warned: bool) -> tuple[float | None, float | None]:
+        """When the job's time limit ends, and when its ``--signal`` warning is due (None: no limit,
+        no warning, or the warning already sent)."""
+        if not time_limit:
+            return None, None
+        deadline = self.job["start_time"] + time_limit
+        signal_spec = self.job["req"].get("signal")
+        return deadline, (deadline - signal_spec[2] if signal_spec and not warned else None)
+
+    def _time_limit(self, known: int | None) -> int | None:
+        """The job's time limit as the state has it now (``scontrol update TimeLimit=`` changes it);
+        ``known`` while the state cannot be read (the next poll tries again)."""
+        try:
+            self._fresh()
+            row = self.conn.execute("SELECT time_limit FROM jobs WHERE id=?", (self.job["id"],)).fetchone()
+        except sqlite3.Error:
+            return known
+        return row["time_limit"] if row else known
 
     def finish(self, outcome: Outcome) -> None:
         """Record the final state in one transaction, clean node-local scratch, wake the controller.

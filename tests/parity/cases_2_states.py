@@ -167,6 +167,28 @@ def test_scancel_running(sides) -> None:
     check("scancel-running", on_both(sides, one), ("scancel", "scancel again", "sacct", "scontrol", "output"))
 
 
+def test_scontrol_update_time_limit(sides) -> None:
+    """scontrol update TimeLimit= raises and lowers the limit of a pending and of a running job (as
+    root, who may raise it); cases_9_long.test_time_limit_lowered_while_running sees it enforced."""
+    def one(side: Side) -> dict:
+        wd = side.workdir("state-update-timelimit")
+        pending = side.sbatch(["--hold", "--time=2"], wd, "#!/bin/bash\ntrue\n")
+        running = side.sbatch(["--time=2", "-o", "out.txt"], wd, "#!/bin/bash\nexec sleep 300\n")
+        side.wait_state(running, wd, {"RUNNING"})
+        seen = {}
+        for job, which in ((pending, "pending"), (running, "running")):
+            for limit in ("5", "1"):
+                update = side.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"], wd)
+                queued = side.ok(["squeue", "-h", "-j", str(job), "-o", "%T %l"], wd).stdout
+                seen[f"{which} to {limit}"] = (update.rc, update.stdout, update.stderr, queued,
+                                               side.scontrol_job(job, wd)["TimeLimit"])
+        side.run(["scancel", str(pending), str(running)], wd)
+        return seen
+
+    got = on_both(sides, one)
+    check("update-timelimit", got, tuple(got["local"]))
+
+
 def test_scancel_running_with_steps(sides) -> None:
     """What srun and slurmstepd say when a job is cancelled under a running (2-node) step."""
     def one(side: Side) -> dict:

@@ -1,4 +1,5 @@
-"""The slow cases: TIMEOUT, --signal=B:USR1@N, and requeue (SLURM_RESTART_COUNT in the rerun).
+"""The slow cases: TIMEOUT, a time limit lowered while the job runs, --signal=B:USR1@N, and requeue
+(SLURM_RESTART_COUNT in the rerun).
 
 A real slurmctld checks time limits every 30 s, so a --time=1 job ends 60-90 s after it starts.
 These two jobs are submitted on both sides when the session starts (conftest.long_jobs, calling
@@ -226,6 +227,36 @@ def test_requeue_restart_count(requeue_results) -> None:
             errors.append(str(err))
     intentional("long: scontrol requeue [hold before the rerun]", "requeue_delay",
                 loc["eligible in (s)"] <= 3, rea["eligible in (s)"] >= 100, True, True)
+    assert not errors, "\n\n".join(errors)
+
+
+@pytest.mark.slow
+def test_time_limit_lowered_while_running(sides, long_jobs) -> None:
+    """A running --time=5 job lowered to TimeLimit=1 ends TIMEOUT at its new limit (node2, once the
+    other long jobs there are over)."""
+    for long in (long_jobs or {}).values():
+        long.wait_over()
+
+    def one(side: Side) -> dict:
+        wd = side.workdir("long-lowered")
+        job_id = side.sbatch(["-o", "out.txt", "--time=5", "-w", "node2"], wd, TIMEOUT_SCRIPT)
+        side.wait_state(job_id, wd, {"RUNNING"})
+        update = side.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"], wd)
+        side.wait_done(job_id, wd, timeout=200)
+        norm = Norm(side, [wd], [job_id])
+        return {"update": (update.rc, update.stdout, update.stderr), "sacct": _rows(side, norm, job_id, wd),
+                "scontrol": _scontrol(side, job_id, wd), "elapsed": _elapsed(side, job_id, wd)}
+
+    got = on_both(sides, one)
+    loc, rea = got["local"], got["real"]
+    errors = []
+    for aspect in ("update", "sacct", "scontrol"):
+        try:
+            compare(f"long: TimeLimit lowered from 5 to 1 [{aspect}]", loc[aspect], rea[aspect])
+        except AssertionError as err:
+            errors.append(str(err))
+    intentional("long: TimeLimit lowered from 5 to 1 [seconds until killed]", "timelimit_latency",
+                60 <= loc["elapsed"] <= 75, 60 <= rea["elapsed"] <= 110, True, True)
     assert not errors, "\n\n".join(errors)
 
 

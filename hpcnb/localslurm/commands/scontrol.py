@@ -156,7 +156,6 @@ def show_node(name: str, cluster, conn) -> str:
     state, used_cpus, used_mem = node_states(cluster, conn)[name]
     used_gpus = _used_gpus(conn, name)
     parts = ",".join(p.name for p in cluster.partitions.values() if name in p.nodes)
-    gres = f"gpu:{node.gpus}" if node.gpus else "(null)"
     index = list(cluster.nodes).index(name)
     alloc_tres = ""
     if used_cpus or used_mem:
@@ -173,7 +172,7 @@ def show_node(name: str, cluster, conn) -> str:
         f"   CPUAlloc={used_cpus} CPUEfctv={node.cpus} CPUTot={node.cpus} CPULoad={os.getloadavg()[0]:.2f}",
         f"   AvailableFeatures={','.join(node.features) or '(null)'}",
         f"   ActiveFeatures={','.join(node.features) or '(null)'}",
-        f"   Gres={gres}",
+        f"   Gres={node.gres}",
         f"   NodeAddr=127.0.0.1 NodeHostName=localhost Port={17001 + index} Version={cluster.release}",
         f"   OS={uname.sysname} {uname.release} {uname.version} ",
         f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={_free_mb()} Sockets=1 Boards=1",

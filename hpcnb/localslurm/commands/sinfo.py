@@ -91,7 +91,6 @@ def fields(row: dict, cluster) -> dict:
     used = sum(states[n][1] for n in names)
     total = sum(cluster.nodes[n].cpus for n in names)
     busy_nodes = sum(1 for n in names if states[n][0] != "idle")
-    gpus = f"gpu:{first.gpus}" if first.gpus else "(null)"
     return {
         "P": lambda: part.name + ("*" if part.default else ""),
         "R": lambda: part.name,
@@ -108,7 +107,7 @@ def fields(row: dict, cluster) -> dict:
         "f": lambda: ",".join(first.features) or "(null)",
         "F": lambda: f"{busy_nodes}/{len(names) - busy_nodes}/0/{len(names)}",
         "g": lambda: "all",
-        "G": lambda: gpus,
+        "G": lambda: first.gres,
         "h": lambda: "NO",
         "H": lambda: "Unknown",
         "l": lambda: "infinite" if part.max_time is None else format_squeue_time(part.max_time),

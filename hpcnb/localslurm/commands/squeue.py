@@ -22,7 +22,7 @@ HEADERS = {
     "r": "REASON", "C": "CPUS", "b": "TRES_PER_NODE", "S": "START_TIME", "e": "END_TIME", "V": "SUBMIT_TIME",
     "Q": "PRIORITY", "E": "DEPENDENCY", "a": "ACCOUNT", "k": "COMMENT", "m": "MIN_MEMORY", "q": "QOS",
     "Z": "WORK_DIR", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID", "o": "COMMAND", "c": "MIN_CPUS",
-    "B": "EXEC_HOST",
+    "B": "EXEC_HOST", "f": "FEATURES",
 }
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
 VALID_STATES = ",".join(CODES)  # as squeue 22.05 lists them when -t names something else
@@ -70,6 +70,7 @@ def fields(job: dict, cluster, now: float, conn=None) -> dict:
         "o": lambda: "(null)" if req.get("wrap") is not None else req.get("script_path") or "(null)",
         "c": lambda: str(req["cpus_per_task"] or 1),
         "B": lambda: exec_host(job),
+        "f": lambda: req.get("constraint") or "(null)",
     }
 
 
