@@ -10,7 +10,7 @@ import sqlite3
 from hpcnb.slurm.bounds import c_int, saturated
 from hpcnb.slurm.constraints import as_stored
 
-from . import db, envvars, paths, scheduler
+from . import db, dependencies, envvars, paths
 from .alloc import never_fits
 from .cluster import Cluster
 from .procs import current_rlimits
@@ -98,11 +98,11 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
         raise SubmitError(why)
     if req.dependency:
         try:
-            _, terms = scheduler.parse_dependency(req.dependency)
+            _, terms = dependencies.parse_dependency(req.dependency)
         except ValueError:
             raise SubmitError("Job dependency problem") from None
         # 22.05 drops a dependency on a job it does not know; 24.11 refuses the job (captured)
-        if cluster.since("24.11") and any(not scheduler.known_job(conn, ref) for _, refs in terms for ref in refs):
+        if cluster.since("24.11") and any(not dependencies.known_job(conn, ref) for _, refs in terms for ref in refs):
             raise SubmitError("Job dependency problem")
     return partition
 

@@ -40,7 +40,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
     """
     from ..alloc import task_count
     from ..request import JobRequest
-    from ..supervisor import default_output, shown_pattern
+    from ..patterns import default_output, shown_pattern
     from .sacct import requested
 
     req = job["req"]

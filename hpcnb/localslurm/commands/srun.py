@@ -21,7 +21,6 @@ from ..request import JobRequest, SubmitError, UsageError, parse_count
 from ..submit import export_env, exports_all
 from .common import open_cluster
 from .options import build_request, report
-from .interactive import allocate, supervise
 from .squeue import MIN_JOB_AGE_S
 
 
@@ -453,6 +452,8 @@ def _watch_tasks(sup, pids: list[tuple[int, str, int]], threads: dict[int, list[
 
 def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
     """srun outside an allocation: allocate, run the step, release (job name = the program)."""
+    from .interactive import allocate, supervise  # the in-process Supervisor: a step in an allocation needs none
+
     step_req = JobRequest.from_dict(req.to_dict())
     conn, job = allocate("srun", req, req.name or os.path.basename(argv[0]))
     _, cluster = open_cluster()
