@@ -441,11 +441,7 @@ def _launch_failed(sup: Supervisor, message: str) -> Outcome:
     job = sup.job
     log(f"[{job['id']}.batch] error: {message}")
     with db.transaction(sup.conn):
-        sup.conn.execute(
-            "INSERT OR REPLACE INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist) "
-            "VALUES(?, 'batch', 'batch', 'RUNNING', ?, 1, ?, ?)",
-            (job["id"], time.time(), job["alloc"][0]["cpus"], sup.node),
-        )
+        transitions.start_batch_step(sup.conn, job["id"], time.time(), job["alloc"][0]["cpus"], sup.node, None)
     return Outcome("FAILED", 0, 53, "CANCELLED", 0, 53, reason="JobLaunchFailure")
 
 
@@ -495,12 +491,7 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     sup.mains[pid] = None
     now = time.time()
     with db.transaction(sup.conn):
-        sup.conn.execute("UPDATE jobs SET batch_pid=? WHERE id=?", (pid, job["id"]))
-        sup.conn.execute(
-            "INSERT OR REPLACE INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist, pid) "
-            "VALUES(?, 'batch', 'batch', 'RUNNING', ?, 1, ?, ?, ?)",
-            (job["id"], now, job["alloc"][0]["cpus"], sup.node, pid),
-        )
+        transitions.start_batch_step(sup.conn, job["id"], now, job["alloc"][0]["cpus"], sup.node, pid)
     os.close(in_fd)
     if out_fd != err_fd:
         os.close(out_fd)  # err_fd stays open: slurmstepd's own messages go there

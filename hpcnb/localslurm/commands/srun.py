@@ -133,12 +133,8 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             "SELECT COUNT(*) FROM steps WHERE job_id=? AND step!='batch'", (job["id"],)
         ).fetchone()[0]
         nodelist = hostlist.collect_hostlist([p["node"] for p in placed])
-        conn.execute(
-            "INSERT INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist, pid) "
-            "VALUES(?,?,?,?,?,?,?,?,?)",
-            (job["id"], str(step_id), os.path.basename(argv[0]), "RUNNING", time.time(), ntasks,
-             sum(p["cpus"] for p in placed), nodelist, os.getpid()),
-        )
+        transitions.start_step(conn, job["id"], str(step_id), os.path.basename(argv[0]), time.time(), ntasks=ntasks,
+                               ncpus=sum(p["cpus"] for p in placed), nodelist=nodelist, pid=os.getpid())
     # 24.11: when -c alone set the task count, srun reports a block distribution
     by_cpus = bool(req.cpus_per_task and not (req.ntasks or req.ntasks_per_node or inherited_ntasks))
     step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task,
