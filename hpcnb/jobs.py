@@ -30,7 +30,7 @@ from hpcnb.slurm.gpus import parse_gpu_usage, parse_tres
 from hpcnb.slurm.options import check_text, keyword_option, suggest
 from hpcnb.slurm.sizes import format_rounded_size, parse_printed_size
 from hpcnb.slurm.states import FINAL, base_state as _base_state
-from hpcnb.slurm.times import format_elapsed, format_limit, parse_printed, parse_printed_seconds
+from hpcnb.slurm.times import format_elapsed, format_limit, parse_printed, parse_printed_seconds, parse_stamp
 
 if TYPE_CHECKING:
     from hpcnb.jobscript import JobScript
@@ -103,13 +103,6 @@ class SlurmWarning(UserWarning):
 #: Public names of the parsers of what Slurm's commands print (:mod:`hpcnb.slurm`).
 parse_elapsed = parse_printed
 parse_size = parse_printed_size
-
-
-def _stamp(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None  # Unknown, None, blank
 
 
 def _expand_ids(text: str) -> list[str]:
@@ -355,7 +348,7 @@ class AccountingRow:
         return cls(
             job_id=job_id, name=name, state=_base_state(state), exit_code=int(code or 0), signal=int(sig or 0),
             elapsed=parse_elapsed(elapsed), max_rss=parse_size(max_rss), nnodes=int(nnodes or 0),
-            ncpus=int(ncpus or 0), start=_stamp(start), end=_stamp(end),
+            ncpus=int(ncpus or 0), start=parse_stamp(start), end=parse_stamp(end),
             alloc_tres=dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv), state_text=state,
         )
 

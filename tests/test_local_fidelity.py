@@ -332,7 +332,7 @@ TASK = {**JOB, "id": 274, "array_job_id": 265, "array_task_id": 3}
     (JOB, r"bs-a\b\\c%j%", r"bs-ab\c%j%"),
 ])
 def test_file_name_patterns_as_slurmstepd_expands_them(job: dict, pattern: str, name: str) -> None:
-    from hpcnb.localslurm.supervisor import expand_pattern
+    from hpcnb.localslurm.patterns import expand_pattern
 
     assert expand_pattern(pattern, job, "node1") == name
 
@@ -343,7 +343,7 @@ def test_file_name_patterns_as_slurmstepd_expands_them(job: dict, pattern: str, 
     (JOB, r"esc\%j", r"esc\264"),
 ])
 def test_scontrol_shows_only_a_few_patterns_expanded(job: dict, pattern: str, shown: str) -> None:
-    from hpcnb.localslurm.supervisor import shown_pattern
+    from hpcnb.localslurm.patterns import shown_pattern
 
     assert shown_pattern(pattern, job) == shown
 

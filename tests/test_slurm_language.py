@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hpcnb import jobs, sites, slurm_options
 from hpcnb.slurm import constraints, gpus, sizes, states, times
+from hpcnb.slurm.bounds import MAX_EPOCH
 from hpcnb.slurm.sizes import SizeError, format_size, parse_bytes, parse_mem, parse_printed_size
 from hpcnb.slurm.times import (
     TimeSpecError,
@@ -105,6 +106,37 @@ def test_unlimited_prints_as_slurm_does() -> None:
 ])
 def test_parse_printed(text: str, seconds: int | None) -> None:
     assert parse_printed(text) == seconds
+
+
+# A fixed "now" (local time, as Slurm reads calendar times): 2026-03-10 14:30:00.
+NOW = __import__("datetime").datetime(2026, 3, 10, 14, 30).timestamp()
+
+
+@pytest.mark.parametrize("text, offset", [
+    ("now", 0), ("NOW+90", 90), ("now+5minutes", 300), ("now+2hours", 7200), ("now-1day", -86400),
+    ("now+1week", 604800), ("noon", 86400 - 2.5 * 3600), ("teatime", 1.5 * 3600), ("15:00", 1800),
+    ("14:00", 86400 - 1800), ("3:00pm", 1800), ("today", -14.5 * 3600), ("tomorrow", 9.5 * 3600),
+    ("2026-03-11", 9.5 * 3600), ("2026-03-10T15:00", 1800), ("2026-03-10T15:00:30", 1830), ("03/11", 9.5 * 3600),
+])
+def test_calendar_times_as_slurm_reads_them(text: str, offset: float) -> None:
+    """--begin, --deadline and scontrol update StartTime= (Slurm's parse_time)."""
+    assert times.parse_calendar(text, NOW) == NOW + offset
+
+
+@pytest.mark.parametrize("text, pos", [
+    ("garbage", 0), ("now+abc", 3), ("now+5x", 4), ("now+5m", 4), ("now+5s", 4), ("12:99", 3),
+    ("2030-13-01", 5), ("25:00", 0),
+])
+def test_bad_calendar_times_get_slurms_position(text: str, pos: int) -> None:
+    """Slurm's unit names are whole words: ``now+5m`` is refused (pos=4), as by a real parse_time."""
+    with pytest.raises(times.CalendarTimeError) as err:
+        times.parse_calendar(text, NOW)
+    assert str(err.value) == f"Invalid time specification (pos={pos}): {text}"
+
+
+def test_calendar_times_far_away_are_clamped() -> None:
+    assert times.parse_calendar("now+" + "9" * 30, NOW) == float(MAX_EPOCH)
+    assert times.parse_calendar("now-" + "9" * 30, NOW) == 0.0
 
 
 # ------------------------------------------------------------------------------------ sizes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from . import db, paths, procs, wake
+from . import db, paths, procs, transitions, wake
 
 
 def stop(wait_s: float = 3.0) -> None:
@@ -287,19 +287,12 @@ def recover() -> str:
     for job in saved.values():
         if job["state"] in ("RUNNING", "COMPLETING", "SUSPENDED"):
             procs.send(procs.job_processes(job["id"], str(state)), signal.SIGKILL)
-            job.update(state="NODE_FAIL" if job["kind"] == "batch" else "CANCELLED", end_time=now, control=None,
-                       reason="NodeDown" if job["kind"] == "batch" else "None")
-            ended.append(job["id"])
-        elif job["state"] == "PENDING":
-            if job["kind"] != "batch":
-                job.update(state="CANCELLED", end_time=now)  # its salloc/srun was stopped above
-                ended.append(job["id"])
-            elif job["id"] not in scripts:
-                job.update(state="FAILED", reason="JobLaunchFailure", end_time=now)
-                failed_pending.append(job["id"])
+        # a pending salloc/srun's own process was stopped above
+        got = transitions.recover_job(job, now, script_kept=job["id"] in scripts)
+        if got is not None:
+            (failed_pending if got == "FAILED" else ended).append(job["id"])
     for step in steps:
-        if step.get("state") == "RUNNING":
-            step.update(state="NODE_FAIL", end_time=now)
+        transitions.recover_step(step, now)
 
     meta = {k: v for k, v in found["meta"].items() if k not in ("state_id",)}
     try:
@@ -313,13 +306,9 @@ def recover() -> str:
             if isinstance(value, str):
                 db.set_meta(fresh, key, value)
         for job in saved.values():
-            cols = list(job)
-            fresh.execute(f"INSERT OR REPLACE INTO jobs({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
-                          [job[c] for c in cols])
+            transitions.restore(fresh, "jobs", job)
         for step in steps:
-            cols = list(step)
-            fresh.execute(f"INSERT OR REPLACE INTO steps({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
-                          [step[c] for c in cols])
+            transitions.restore(fresh, "steps", step)
     fresh.close()
     db.record_issued(base, next_id - 1)
 

@@ -70,7 +70,7 @@ def header(fmt: str, names: dict[str, str]) -> str:
 def dependency_text(conn, job: dict[str, Any]) -> str:
     """A job's dependency as squeue %E and scontrol show it: what is still outstanding, each id with
     ``(unfulfilled)`` or ``(failed)``; satisfied terms (and unknown jobs) drop out; ``(null)`` when none."""
-    from .scheduler import parse_dependency, ref_status, singleton_busy, targets
+    from .dependencies import parse_dependency, ref_status, singleton_busy, targets
 
     spec = job["req"].get("dependency")
     if not spec or job["state"] != "PENDING":

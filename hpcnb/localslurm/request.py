@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
-from hpcnb.slurm.bounds import LONG_MAX, MAX_EPOCH, c_int, clamp_epoch, saturated
+from hpcnb.slurm.bounds import LONG_MAX, c_int, saturated
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
-from hpcnb.slurm.times import TimeSpecError, parse_time
+from hpcnb.slurm.times import CalendarTimeError, TimeSpecError, parse_calendar, parse_time
 
 
 class UsageError(Exception):
@@ -152,80 +152,13 @@ def parse_signal(value: str) -> list[Any]:
     return ["B" in (match.group(1) or ""), signum, int(match.group(3) or 60)]
 
 
-_DELTA_UNITS = {"": 1, "second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
-                "day": 86400, "days": 86400, "week": 604800, "weeks": 604800}
-_NAMED_TIMES = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
-
-
 def parse_begin(text: str, option: str, now: float | None = None) -> float:
-    """A ``--begin``/``--deadline`` time as Slurm's parse_time() reads it: ``now[+N[unit]]``,
-    ``today``, ``tomorrow``, ``midnight``, ``noon``, ``fika``, ``teatime``, ``HH:MM[:SS][AM|PM]``,
-    ``MM/DD[/YY]``, ``YYYY-MM-DD[THH:MM[:SS]]``. A bad one gets Slurm's two lines (position included).
-    Far offsets are clamped (:func:`~hpcnb.slurm.bounds.clamp_epoch`), as Slurm keeps a ``time_t``."""
-    import datetime as dt
-
-    now = time.time() if now is None else now
-
-    def fail(pos: int) -> UsageError:
-        return UsageError(f"Invalid {option} specification", exit_code=255,
-                          raw=(f"Invalid time specification (pos={pos}): {text}",))
-
-    low = text.strip().lower()
-    today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
-    if low.startswith("now"):
-        when, pos = now, 3
-        if pos < len(low):
-            if low[pos] not in "+-":
-                raise fail(pos)
-            match = re.match(r"(\d+)([a-z]*)", low[pos + 1:])
-            if not match:
-                raise fail(pos)
-            if match.group(2) not in _DELTA_UNITS or pos + 1 + match.end() != len(low):
-                raise fail(pos + 1)
-            step = min(saturated(match.group(1)) * _DELTA_UNITS[match.group(2)], MAX_EPOCH)
-            when += step if low[pos] == "+" else -step
-        return clamp_epoch(when)
-    if low in ("today", "tomorrow"):
-        return (today + dt.timedelta(days=low == "tomorrow")).timestamp()
-    if low in _NAMED_TIMES:
-        at = today.replace(hour=_NAMED_TIMES[low])
-        return (at if at.timestamp() > now else at + dt.timedelta(days=1)).timestamp()
-    iso = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?", low)
-    if iso:
-        year, month, day, hour, minute, sec = (int(g) if g else 0 for g in iso.groups())
-        starts = [m.start() for m in re.finditer(r"\d+", low)]
-        for index, (value, top) in enumerate(((month, 12), (day, 31), (hour, 23), (minute, 59), (sec, 59)), 1):
-            if value > top or (index <= 2 and value < 1):
-                raise fail(starts[index] if index < len(starts) else 0)
-        try:
-            return dt.datetime(year, month, day, hour, minute, sec).timestamp()
-        except ValueError:
-            raise fail(starts[2]) from None
-    clock = re.fullmatch(r"(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?\s*(am|pm)?", low)
-    if clock:
-        hour, minute, sec = (int(g) if g else 0 for g in clock.groups()[:3])
-        if clock.group(4):
-            hour = hour % 12 + (12 if clock.group(4) == "pm" else 0)
-        if hour > 23:
-            raise fail(0)
-        if minute > 59:
-            raise fail(clock.start(2))
-        if sec > 59:
-            raise fail(clock.start(3))
-        at = today.replace(hour=hour, minute=minute, second=sec)
-        return (at if at.timestamp() > now else at + dt.timedelta(days=1)).timestamp()
-    date = re.fullmatch(r"(\d{1,2})[/.](\d{1,2})(?:[/.](\d{2}|\d{4}))?", low)
-    if date:
-        month, day = int(date.group(1)), int(date.group(2))
-        year = int(date.group(3)) if date.group(3) else today.year
-        year += 2000 if year < 100 else 0
-        if not 1 <= month <= 12:
-            raise fail(0)
-        try:
-            return dt.datetime(year, month, day).timestamp()
-        except ValueError:
-            raise fail(date.start(2)) from None
-    raise fail(0)
+    """A ``--begin``/``--deadline`` time (:func:`~hpcnb.slurm.times.parse_calendar`); a bad one gets
+    Slurm's two lines (position included)."""
+    try:
+        return parse_calendar(text, time.time() if now is None else now)
+    except CalendarTimeError as err:
+        raise UsageError(f"Invalid {option} specification", exit_code=255, raw=(str(err),)) from None
 
 
 def _signal_number(name: str) -> int | None:

@@ -10,7 +10,7 @@ import sqlite3
 from hpcnb.slurm.bounds import c_int, saturated
 from hpcnb.slurm.constraints import as_stored
 
-from . import db, envvars, paths, scheduler
+from . import db, dependencies, envvars, paths, transitions
 from .alloc import never_fits
 from .cluster import Cluster
 from .procs import current_rlimits
@@ -98,11 +98,11 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
         raise SubmitError(why)
     if req.dependency:
         try:
-            _, terms = scheduler.parse_dependency(req.dependency)
+            _, terms = dependencies.parse_dependency(req.dependency)
         except ValueError:
             raise SubmitError("Job dependency problem") from None
         # 22.05 drops a dependency on a job it does not know; 24.11 refuses the job (captured)
-        if cluster.since("24.11") and any(not scheduler.known_job(conn, ref) for _, refs in terms for ref in refs):
+        if cluster.since("24.11") and any(not dependencies.known_job(conn, ref) for _, refs in terms for ref in refs):
             raise SubmitError("Job dependency problem")
     return partition
 
@@ -131,16 +131,14 @@ def queue_jobs(
             for index, task in enumerate(ids):
                 # Slurm gives the array's last task the array's own id, the others new ids in order
                 job_id = base if (task is None or index == count - 1) else base + 1 + index
-                conn.execute(
-                    "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
-                    "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
-                    "supervisor_pid, supervisor_ctime) VALUES(?,?,?,?,?,?,?,?,?,?, 'PENDING', ?, ?,?,?,?,?,?,?)",
-                    (
-                        job_id, base if task is not None else None, task, throttle, db_text(name), user,
-                        os.getuid(), db_text(req.account), partition, kind, _first_reason(req, now), now, max(now, req.begin or now), time_limit,
-                        1 if req.hold else 0, json.dumps(data), owner_pid, _ctime(owner_pid),
-                    ),
-                )
+                transitions.queue(conn, {
+                    "id": job_id, "array_job_id": base if task is not None else None, "array_task_id": task,
+                    "array_throttle": throttle, "name": db_text(name), "user": user, "uid": os.getuid(),
+                    "account": db_text(req.account), "partition": partition, "kind": kind,
+                    "reason": _first_reason(req, now), "submit_time": now, "eligible_time": max(now, req.begin or now),
+                    "time_limit": time_limit, "held": 1 if req.hold else 0, "req": json.dumps(data),
+                    "supervisor_pid": owner_pid, "supervisor_ctime": _ctime(owner_pid),
+                })
                 job_ids.append(job_id)
                 if script is not None:
                     stored.append(job_id)

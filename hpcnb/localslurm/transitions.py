@@ -1,9 +1,11 @@
 """Every change of a job's or a step's state in the local Slurm: one function per transition.
+No other module writes ``jobs.state`` or ``steps.state`` (``tests/test_house_rules.py`` checks).
 
 Call each inside ``db.transaction(conn)``. A guard (the state the row must still be in, the
 supervisor that must still own it) makes a transition that lost a race change nothing; those
 functions return whether they changed the job.
 
+    (new)    -> PENDING                          queue (sbatch, salloc, srun: submit.queue_jobs)
     PENDING  -> RUNNING                          start (scheduler)
     PENDING  -> CANCELLED                        cancel_pending (scancel, an interrupted salloc/srun,
                                                  a dependency that can never be met)
@@ -11,17 +13,31 @@ functions return whether they changed the job.
                                                  requeue (its supervisor: scontrol requeue, --requeue)
     RUNNING  -> COMPLETED, FAILED, TIMEOUT, ...  end (its supervisor)
     RUNNING  -> NODE_FAIL, CANCELLED             lost (its supervisor died, or gave up)
+    any      -> what a recovered state keeps     recover_job, recover_step, restore (hpcnb slurm recover)
 
-Steps end with :func:`end_step`, :func:`end_batch_step`, :func:`cancel_steps`, or with their job
+Steps start with :func:`start_batch_step` (the supervisor) or :func:`start_step` (srun), and end
+with :func:`end_step`, :func:`end_batch_step`, :func:`cancel_steps`, or with their job
 (:func:`lost`); their GPU use is recorded with the job's end (:func:`record_gpu_use`).
 """
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from .gpuusage import StepGpuUse
+
+
+def queue(conn: sqlite3.Connection, fields: Mapping[str, Any]) -> None:
+    """A new job, PENDING: ``fields`` name every column of the INSERT but ``state``."""
+    conn.execute(
+        "INSERT INTO jobs(id, array_job_id, array_task_id, array_throttle, name, user, uid, account, "
+        "partition, kind, state, reason, submit_time, eligible_time, time_limit, held, req, "
+        "supervisor_pid, supervisor_ctime) VALUES(:id, :array_job_id, :array_task_id, :array_throttle, :name, "
+        ":user, :uid, :account, :partition, :kind, 'PENDING', :reason, :submit_time, :eligible_time, "
+        ":time_limit, :held, :req, :supervisor_pid, :supervisor_ctime)",
+        fields,
+    )
 
 
 def start(conn: sqlite3.Connection, job_id: int, now: float, alloc_json: str, nodelist: str) -> None:
@@ -122,3 +138,60 @@ def end_step(conn: sqlite3.Connection, job_id: int, step: str, now: float, state
         "UPDATE steps SET state=?, end_time=?, exit_code=?, exit_signal=? WHERE job_id=? AND step=?",
         (state, now, exit_code, exit_signal, job_id, step),
     )
+
+
+def start_batch_step(conn: sqlite3.Connection, job_id: int, now: float, ncpus: int, node: str,
+                     pid: int | None) -> None:
+    """The batch step RUNNING (its script ``pid``, which the job records as its batch_pid); with no
+    ``pid`` the step that a failed launch ends at once."""
+    if pid is not None:
+        conn.execute("UPDATE jobs SET batch_pid=? WHERE id=?", (pid, job_id))
+    conn.execute(
+        "INSERT OR REPLACE INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist, pid) "
+        "VALUES(?, 'batch', 'batch', 'RUNNING', ?, 1, ?, ?, ?)",
+        (job_id, now, ncpus, node, pid),
+    )
+
+
+def start_step(conn: sqlite3.Connection, job_id: int, step: str, name: str, now: float, *, ntasks: int,
+               ncpus: int, nodelist: str, pid: int) -> None:
+    """An srun step RUNNING (``pid``: its srun)."""
+    conn.execute(
+        "INSERT INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist, pid) "
+        "VALUES(?,?,?,'RUNNING',?,?,?,?,?)",
+        (job_id, step, name, now, ntasks, ncpus, nodelist, pid),
+    )
+
+
+def recover_job(job: dict[str, Any], now: float, script_kept: bool) -> str | None:
+    """``hpcnb slurm recover``: a salvaged job record as the fresh state keeps it. A job that was
+    running ends NODE_FAIL (an allocation: CANCELLED), a pending allocation CANCELLED (its
+    salloc/srun was stopped), a pending batch job whose script is lost FAILED. Changes ``job``;
+    returns the state it got, None when it keeps its own. Write it with :func:`restore`."""
+    batch = job["kind"] == "batch"
+    if job["state"] in ("RUNNING", "COMPLETING", "SUSPENDED"):
+        job.update(state="NODE_FAIL" if batch else "CANCELLED", end_time=now, control=None,
+                   reason="NodeDown" if batch else "None")
+    elif job["state"] == "PENDING" and not batch:
+        job.update(state="CANCELLED", end_time=now)
+    elif job["state"] == "PENDING" and not script_kept:
+        job.update(state="FAILED", reason="JobLaunchFailure", end_time=now)
+    else:
+        return None
+    return job["state"]
+
+
+def recover_step(step: dict[str, Any], now: float) -> None:
+    """``hpcnb slurm recover``: a salvaged step that was running ends NODE_FAIL."""
+    if step.get("state") == "RUNNING":
+        step.update(state="NODE_FAIL", end_time=now)
+
+
+def restore(conn: sqlite3.Connection, table: str, record: Mapping[str, Any]) -> None:
+    """Write a salvaged record (of ``jobs`` or ``steps``, after :func:`recover_job` or
+    :func:`recover_step`) into a fresh state, as it is."""
+    if table not in ("jobs", "steps"):
+        raise ValueError(table)
+    cols = list(record)
+    conn.execute(f"INSERT OR REPLACE INTO {table}({','.join(cols)}) VALUES({','.join('?' * len(cols))})",
+                 [record[c] for c in cols])

@@ -5,9 +5,8 @@ import sys
 
 import hostlist
 
-from hpcnb.slurm.bounds import MAX_EPOCH, clamp_epoch, saturated
 from hpcnb.slurm.sizes import format_size
-from hpcnb.slurm.times import TimeSpecError, format_elapsed, format_limit, parse_time
+from hpcnb.slurm.times import CalendarTimeError, TimeSpecError, format_elapsed, format_limit, parse_calendar, parse_time
 
 from .. import db, formats, wake
 from .common import open_cluster, select_jobs
@@ -41,7 +40,7 @@ def job_lines(job: dict, cluster, conn, now: float, task_ids: str | None = None)
     """
     from ..alloc import task_count
     from ..request import JobRequest
-    from ..supervisor import default_output, shown_pattern
+    from ..patterns import default_output, shown_pattern
     from .sacct import requested
 
     req = job["req"]
@@ -376,24 +375,6 @@ _UPDATABLE = {"starttime": "StartTime", "timelimit": "TimeLimit", "jobname": "Jo
               "comment": "Comment"}
 
 
-def _start_time(text: str, now: float) -> float | None:
-    """``now``, ``now+N[seconds|minutes|hours|days]`` or ``YYYY-MM-DD[THH:MM[:SS]]``."""
-    import re
-    import time as _time
-
-    match = re.fullmatch(r"now(?:\+(\d+)(seconds|minutes|hours|days|s|m|h|d)?)?", text.lower())
-    if match:
-        count = saturated(match.group(1) or "")
-        unit = (match.group(2) or "seconds")[0]
-        return clamp_epoch(now + min(count * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit], MAX_EPOCH))
-    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
-        try:
-            return _time.mktime(_time.strptime(text, fmt))
-        except ValueError:
-            pass
-    return None
-
-
 def update(conn, items: list[str]) -> int:
     """``scontrol update JobId=N StartTime=... TimeLimit=... JobName=...`` (the job fields users change)."""
     pairs = [item.partition("=")[::2] for item in items]
@@ -425,8 +406,9 @@ def update(conn, items: list[str]) -> int:
                 return 1
             for key, value in changes.items():
                 if key == "StartTime":
-                    when = _start_time(value, now)
-                    if when is None:
+                    try:
+                        when = parse_calendar(value, now)
+                    except CalendarTimeError:
                         print(f"Invalid StartTime specification {value}", file=sys.stderr)
                         return 1
                     if current["state"] != "PENDING":

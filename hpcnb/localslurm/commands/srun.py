@@ -21,7 +21,6 @@ from ..request import JobRequest, SubmitError, UsageError, parse_count
 from ..submit import export_env, exports_all
 from .common import open_cluster
 from .options import build_request, report
-from .interactive import allocate, supervise
 from .squeue import MIN_JOB_AGE_S
 
 
@@ -134,12 +133,8 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
             "SELECT COUNT(*) FROM steps WHERE job_id=? AND step!='batch'", (job["id"],)
         ).fetchone()[0]
         nodelist = hostlist.collect_hostlist([p["node"] for p in placed])
-        conn.execute(
-            "INSERT INTO steps(job_id, step, name, state, start_time, ntasks, ncpus, nodelist, pid) "
-            "VALUES(?,?,?,?,?,?,?,?,?)",
-            (job["id"], str(step_id), os.path.basename(argv[0]), "RUNNING", time.time(), ntasks,
-             sum(p["cpus"] for p in placed), nodelist, os.getpid()),
-        )
+        transitions.start_step(conn, job["id"], str(step_id), os.path.basename(argv[0]), time.time(), ntasks=ntasks,
+                               ncpus=sum(p["cpus"] for p in placed), nodelist=nodelist, pid=os.getpid())
     # 24.11: when -c alone set the task count, srun reports a block distribution
     by_cpus = bool(req.cpus_per_task and not (req.ntasks or req.ntasks_per_node or inherited_ntasks))
     step = {"id": step_id, "layout": placed, "ntasks": ntasks, "nodelist": nodelist, "cpus_per_task": req.cpus_per_task,
@@ -453,6 +448,8 @@ def _watch_tasks(sup, pids: list[tuple[int, str, int]], threads: dict[int, list[
 
 def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
     """srun outside an allocation: allocate, run the step, release (job name = the program)."""
+    from .interactive import allocate, supervise  # the in-process Supervisor: a step in an allocation needs none
+
     step_req = JobRequest.from_dict(req.to_dict())
     conn, job = allocate("srun", req, req.name or os.path.basename(argv[0]))
     _, cluster = open_cluster()
