@@ -126,6 +126,9 @@ def test_the_helper_passes_the_gpu_as_device_id(monkeypatch, visible, device_id)
     monkeypatch.setattr(distributed, "first_host", lambda nodelist: "localhost")
     for name, value in dict(SLURM_PROCID="0", SLURM_JOB_ID="7", SLURM_JOB_NODELIST="node1", SLURM_NTASKS="1").items():
         monkeypatch.setenv(name, value)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # the helper sets them: undone after the test, not left to others
+        monkeypatch.setenv(name, "recorded")  # the value before the test (none) is what monkeypatch puts back
+        monkeypatch.delenv(name)
     distributed.init_process_group()
     assert seen["device_id"] == device_id
     assert seen["backend"] == ("nccl" if visible else "gloo")

@@ -434,3 +434,11 @@ def test_on_a_gpu_the_batches_are_made_there_and_tf32_follows_the_config() -> No
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     name, _ = tu.bottleneck(tu.profile_split(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda"))
     assert name in ("data loading", "the device", "no conclusion")
+
+
+def test_a_gpu_slot_without_a_device_is_named_as_such() -> None:
+    """Lesson 6 on a CPU machine: CUDA_VISIBLE_DEVICES=0 is Slurm's index, not "zero GPUs"."""
+    from hpcnb.lessons.tuning import gpu_note
+
+    assert gpu_note("cpu", {"CUDA_VISIBLE_DEVICES": "0"}) == "GPU slot 0, no device: runs on the CPU"
+    assert gpu_note("cpu", {}) == "no GPU"

@@ -134,6 +134,21 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def gpu_note(dev: str, env: Mapping[str, str] | None = None) -> str:
+    """What the GPU Slurm gave is, in words: ``"GPU 0: NVIDIA H200"``; on a machine with no GPU
+    (the local Slurm on a laptop) ``"GPU slot 0, no device: runs on the CPU"``; ``"no GPU"`` when the
+    job asked for none. (``CUDA_VISIBLE_DEVICES=0`` is an index, not a count.)"""
+    env = os.environ if env is None else env
+    given = (env.get("CUDA_VISIBLE_DEVICES") or "").strip()
+    if not given:
+        return "no GPU"
+    if dev == "cuda":
+        import torch
+
+        return f"GPU {given}: {torch.cuda.get_device_name(0)}"
+    return f"GPU slot {given}, no device: runs on the CPU"
+
+
 def cpus_for_job(env: Mapping[str, str] | None = None) -> int:
     """The CPUs this task may use: ``SLURM_CPUS_PER_TASK`` inside a job (what ``-c`` asked for).
 

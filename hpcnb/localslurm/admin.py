@@ -378,6 +378,15 @@ def _version_line(conn) -> str:
         return f"slurm version: unusable: {err}"
 
 
+def _nodes_line() -> str:
+    from .apart import mode
+
+    found = mode()
+    if found == "apart":
+        return "apart (each node its own hostname and /tmp; the network is shared)"
+    return f"{found}; every node shares this machine's hostname and /tmp"
+
+
 def show_status() -> int:
     """``hpcnb slurm status``: the state folder, profile, Slurm version, controller and job counts."""
     pid = wake.running_pid()
@@ -387,6 +396,7 @@ def show_status() -> int:
     print(f"profile: {db.get_meta(conn, 'profile', 'local (not started yet)')}")
     print(_version_line(conn))
     print(f"controller: {'running, pid ' + str(pid) if pid else 'stopped (starts on first use)'}")
+    print(f"nodes: {_nodes_line()}")
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     return 0
 

@@ -49,6 +49,7 @@ class Cluster(NamedTuple):
     account_required: bool
     account_directive: str | None  # e.g. "--account=def-<PI>" or "--comment=<project>"
     slurm_version: str = "22.05"  # whose behaviour this cluster emulates (hpcnb.sites.SLURM_VERSIONS)
+    shared_paths: tuple[str, ...] = ()  # the profile's shared storage ("/tmp/hpcnb-$USER/scratch"): on every node
 
     @property
     def release(self) -> str:
@@ -105,6 +106,7 @@ def load_cluster(profile_name: str = "local", slurm_version: str | None = None) 
         account_required=profile.account_required,
         account_directive=profile.account_directive,
         slurm_version=emulated_version(slurm_version or profile.slurm_version),
+        shared_paths=tuple(tier.path for tier in profile.storage if tier.path and not tier.node_local),
     )
 
 
@@ -144,7 +146,7 @@ def state_cluster(conn: Any) -> Cluster:
 
 
 _SEEN: dict[tuple[str, str], Cluster] = {}  # this process's, as load_cluster's lru_cache
-CACHE_FORMAT = 1  # bump when Cluster, Node or Partition change
+CACHE_FORMAT = 2  # bump when Cluster, Node or Partition change
 
 
 def cached_cluster(profile: str, version: str) -> Cluster:
@@ -189,7 +191,7 @@ def _read_cache(cache: os.PathLike[str], key: dict[str, Any]) -> Cluster | None:
         fields = data["cluster"]
         nodes = {n["name"]: Node(**{**n, "features": tuple(n["features"])}) for n in fields.pop("nodes")}
         parts = {p["name"]: Partition(**{**p, "nodes": tuple(p["nodes"])}) for p in fields.pop("partitions")}
-        return Cluster(**fields, nodes=nodes, partitions=parts)
+        return Cluster(**{**fields, "shared_paths": tuple(fields["shared_paths"])}, nodes=nodes, partitions=parts)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # absent, damaged or from another release: rebuilt from the profile
 

@@ -328,10 +328,11 @@ def main() -> int:
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     _LOCK_FD = fd
     paths.never_create()  # removed while we start up (the lock is taken): leave, do not start a new state
-    from . import envvars, supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
+    from . import apart, envvars, supervisor  # noqa: F401 - imported once here, not again in every forked supervisor
 
     envvars.local_commands_folder()  # found once here, not again in every forked supervisor
     procs.libc_prctl()  # likewise (ctypes)
+    apart.mode()  # likewise: whether the nodes are apart, probed once per state folder
 
     try:
         Controller().run()

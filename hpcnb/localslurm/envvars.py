@@ -186,7 +186,7 @@ _LOGIN_DROP = ("_", "PWD", "OLDPWD")
 #: profile, its controller's timings). They stand for the cluster's configuration, which a real
 #: slurmd reads from slurm.conf whatever a job's --export says: every job keeps them.
 LOCAL_SETTINGS = ("HPCNB_STATE_DIR", "HPCNB_NODE_TMP", "HPCNB_BIN_DIR", "HPCNB_PROFILE", "HPCNB_FIRST_JOB_ID",
-                  "HPCNB_CONTROLLER_IDLE", "HPCNB_LAUNCH_GRACE", "HPCNB_ENV_KEPT_AFTER_END")
+                  "HPCNB_CONTROLLER_IDLE", "HPCNB_LAUNCH_GRACE", "HPCNB_ENV_KEPT_AFTER_END", "HPCNB_NODES")
 
 
 def _login_defs(key: str) -> str | None:

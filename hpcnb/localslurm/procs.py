@@ -5,7 +5,10 @@ import functools
 import os
 import signal
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .apart import NodeView
 
 
 class _LazyPsutil:
@@ -75,10 +78,12 @@ def spawn(
     rlimits: dict[str, int] | None = None,
     own_group: bool = False,
     search: bool = True,
+    view: NodeView | None = None,
 ) -> int:
     """fork + execve with fds 0-2 set, default signals, and ``pid_var`` set to the child's own pid.
     ``own_group`` puts the child in a process group of its own (salloc's command, signalled by killpg);
     ``argv[0]`` is looked up on ``env``'s PATH unless not ``search`` (then it is a path, as given).
+    ``view``: the child runs as if on that virtual node (its hostname and ``/tmp``: :mod:`.apart`).
 
     ``rlimits`` (name -> soft limit, e.g. ``{"FSIZE": 1048576}``) are the submitting shell's
     limits, applied as Slurm's PropagateResourceLimits=ALL does (never above the hard limit here).
@@ -110,7 +115,10 @@ def spawn(
         os.closerange(3, 65536)
         if pid_var:
             env = {**env, pid_var: str(os.getpid())}
-        os.chdir(cwd)
+        if view is not None:
+            _on_node(view, cwd, error_prefix)
+        else:
+            os.chdir(cwd)
         if search:
             os.execvpe(argv[0], argv, env)
         os.execve(argv[0], argv, env)
@@ -133,6 +141,25 @@ def spawn(
         finally:
             os._exit(err.errno if isinstance(err, OSError) and err.errno else 1)
     raise AssertionError("unreachable")
+
+
+def _on_node(view: NodeView, cwd: str, error_prefix: str) -> None:
+    """In the child: enter ``view``'s node; change to ``cwd`` there, or to ``/tmp`` as slurmstepd
+    does when the folder is not on that node. (``HOSTNAME`` stays as the job's environment has it: a
+    task on node2 inherits the batch shell's ``node1``, as with a real Slurm.)"""
+    from .apart import enter
+
+    try:
+        enter(view)
+    except OSError as err:
+        os.write(2, f"{error_prefix}: error: cannot start the task on {view.node}: {err.strerror}\n".encode())
+        os._exit(1)
+    try:
+        os.chdir(cwd)
+    except OSError as err:
+        os.write(2, f"{error_prefix}: error: couldn't chdir to `{cwd}': {err.strerror}: going to /tmp instead\n"
+                 .encode())
+        os.chdir("/tmp")
 
 
 #: The limits Slurm propagates by default (PropagateResourceLimits=ALL).

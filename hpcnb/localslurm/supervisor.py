@@ -20,7 +20,7 @@ from typing import Callable
 
 import hostlist
 
-from . import db, envvars, paths, procs, transitions
+from . import apart, db, envvars, paths, procs, transitions
 from .cluster import Cluster, state_cluster
 from .gpuusage import GpuSampler, StepGpuUse
 from .patterns import default_output, expand_pattern
@@ -92,13 +92,14 @@ class Supervisor:
                     "UPDATE jobs SET supervisor_pid=?, supervisor_ctime=? WHERE id=?",
                     (me, procs.create_time(me), self.job["id"]),
                 )
-        if self.cluster.slurm_tmpdir:
-            old = os.umask(0o077)  # the node folders too, not only the job's own: private
-            try:
-                for part in self.job["alloc"]:
+        old = os.umask(0o077)  # the node folders too, not only the job's own: private
+        try:
+            for part in self.job["alloc"]:
+                if self.cluster.slurm_tmpdir:
                     envvars.node_tmpdir(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
-            finally:
-                os.umask(old)
+                apart.private_tmp(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+        finally:
+            os.umask(old)
         return True
 
     def watch(self) -> Outcome:
@@ -223,6 +224,7 @@ class Supervisor:
         job = self.job
         for part in job["alloc"]:
             shutil.rmtree(envvars.node_tmpdir(job["id"], part["node"]), ignore_errors=True)
+            shutil.rmtree(apart.private_tmp(job["id"], part["node"]), ignore_errors=True)
         try:
             if not poke(start=False):
                 ensure_running()  # the controller was killed: pending jobs must not wait for the next command
@@ -487,7 +489,8 @@ def _launch_batch(sup: Supervisor) -> Outcome:
     script = str(paths.job_dir(job["id"]) / "slurm_script")  # $0, as with slurmd
     env = envvars.batch_env(job, sup.cluster, req["env"])
     pid = procs.spawn(batch_argv(script, req.get("script_args", [])), env, workdir, (in_fd, out_fd, err_fd), True,
-                      "SLURM_TASK_PID", f"slurmstepd-{sup.node}", rlimits=req.get("rlimits"))
+                      "SLURM_TASK_PID", f"slurmstepd-{sup.node}", rlimits=req.get("rlimits"),
+                      view=apart.view_for(job, sup.node, sup.cluster))
     sup.mains[pid] = None
     now = time.time()
     with db.transaction(sup.conn):

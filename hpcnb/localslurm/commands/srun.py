@@ -15,7 +15,7 @@ import psutil
 from hpcnb.slurm.bounds import job_id_fits, saturated
 from hpcnb.slurm.options import OptionError
 
-from .. import db, envvars, procs, transitions
+from .. import apart, db, envvars, procs, transitions
 from ..cluster import Cluster
 from ..request import JobRequest, SubmitError, UsageError, parse_count
 from ..submit import export_env, exports_all
@@ -152,7 +152,7 @@ def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[st
                 fds, relays = _relay_pipes(proc_id, req.label)
             command = [task_program(argv[0], env, os.getcwd()), *argv[1:]]
             pid = procs.spawn(command, env, os.getcwd(), fds, False, "SLURM_TASK_PID", f"slurmstepd-{part['node']}",
-                              search=False)
+                              search=False, view=apart.view_for(job, part["node"], cluster))
             for fd in set(fds[1:]):
                 if fd > 2:
                     os.close(fd)

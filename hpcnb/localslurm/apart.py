@@ -1,0 +1,165 @@
+"""Virtual nodes that are apart: each job step's processes see their node as their own host.
+
+On a real cluster every node has its own hostname and its own ``/tmp`` (Slurm's
+``job_container/tmpfs`` gives each job a private one per node, gone when the job ends). Here all
+nodes are this machine, so a task started for ``node2`` enters namespaces of its own first
+(``unshare(2)``: UTS and mount; a user namespace too when not root): ``hostname`` says ``node2``,
+and ``/tmp`` is the job's private folder on that node. What stands for the cluster's shared file
+systems stays shared: the top-level ``/tmp`` folders that hold the job's working directory or a
+path in its submission environment (home, venv, the local Slurm's own state), so a course run
+from a temporary folder keeps working.
+
+The network is still shared (``localhost`` is the same on every node). Where namespaces are not
+allowed (no unprivileged user namespaces), or ``HPCNB_NODES=shared``, the nodes share everything,
+as before; :func:`mode` says which is in force (``hpcnb slurm status``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import paths
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWUSER = 0x00020000, 0x04000000, 0x10000000
+MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
+TMP = "/tmp"
+SETTING = "HPCNB_NODES"
+
+
+class NodeView:
+    """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, and ``keep`` (top-level
+    ``/tmp`` folders standing for shared file systems) where they were."""
+
+    __slots__ = ("node", "tmp", "keep")
+
+    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = ()) -> None:
+        self.node, self.tmp, self.keep = node, tmp, keep
+
+
+@functools.cache
+def _libc() -> Any:
+    """libc through ctypes, loaded once (before a fork, by :func:`mode`)."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def enter(view: NodeView) -> None:
+    """In a forked child, before exec: become ``view.node``, with its private ``/tmp``."""
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
+    if uid:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    name = view.node.encode()
+    _check(libc.sethostname(name, len(name)), "sethostname")
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in view.keep if os.path.isdir(path)]
+    _check(libc.mount(view.tmp.encode(), TMP.encode(), None, MS_BIND | MS_REC, None), f"mount {view.tmp} on /tmp")
+    for path, fd in kept:
+        os.makedirs(path, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
+               f"mount {path}")
+        os.close(fd)
+
+
+def shared_tops(workdir: str, env: dict[str, str], storage: Iterable[str] = ()) -> tuple[str, ...]:
+    """The top-level ``/tmp`` folders that hold ``workdir``, a path named in ``env`` (a job's
+    submission environment: ``HOME``, ``PATH``...), the site's shared ``storage`` or the local
+    Slurm's own state. Never ``/tmp`` itself."""
+    found = set()
+    for value in [workdir, *env.values(), *storage, str(paths.state_dir()), str(paths.node_tmp_root())]:
+        for part in value.split(":"):
+            top = _tmp_top(part)
+            if top:
+                found.add(top)
+    return tuple(sorted(found))
+
+
+def _tmp_top(path: str) -> str | None:
+    if not path.startswith(TMP + "/"):
+        return None
+    first = path[len(TMP) + 1:].split("/", 1)[0]
+    return f"{TMP}/{first}" if first not in ("", ".", "..") else None
+
+
+def private_tmp(job_id: int, node: str) -> Path:
+    """The job's ``/tmp`` on ``node`` (beside its ``SLURM_TMPDIR``; removed with it at the job's end)."""
+    return paths.node_tmp_root() / node / f"tmp_{job_id}"
+
+
+def mode() -> str:
+    """``apart``, or ``shared: <why>``: whether job steps run on nodes that are apart. Probed once per
+    state folder (kept in it as ``nodes-mode``); ``HPCNB_NODES=shared`` turns it off."""
+    if os.environ.get(SETTING) == "shared":
+        return f"shared: {SETTING}=shared"
+    _libc()
+    return _probed(str(paths.state_dir()))
+
+
+@functools.cache
+def _probed(state: str) -> str:
+    record = Path(state) / "nodes-mode"
+    try:
+        return record.read_text().strip()
+    except OSError:
+        found = probe()
+    try:
+        record.write_text(found + "\n")
+    except OSError:
+        pass
+    return found
+
+
+def probe() -> str:
+    """Try :func:`enter` in a throw-away child: ``apart``, or ``shared: <the error>``."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            here = os.getcwd()
+            enter(NodeView("probe", here, ()))
+            os._exit(0)
+        except BaseException as err:  # noqa: BLE001 - reported to the parent
+            os.write(write, str(err).encode()[:500])
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        why = fh.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return "apart"
+    return f"shared: {why or 'the namespace probe failed'} (no unprivileged user namespaces?)"
+
+
+def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
+    """How a task of ``job`` starts on ``node``: apart (a :class:`NodeView`) or shared (None)."""
+    if mode() != "apart":
+        return None
+    req = job["req"]
+    env = req.get("env") or {}
+    storage = [_expand(path, env) for path in cluster.shared_paths]
+    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage))
+
+
+def _expand(path: str, env: dict[str, str]) -> str:
+    """``$USER``-style variables filled in from the job's environment (unknown ones left)."""
+    return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), path)

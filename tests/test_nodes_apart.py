@@ -1,0 +1,89 @@
+"""Virtual nodes that are apart (hpcnb/localslurm/apart.py): a task on node2 has node2's hostname
+and node2's private /tmp, as on a real cluster with job_container/tmpfs; shared folders stay shared."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import run
+
+from hpcnb.localslurm import apart
+
+pytestmark = pytest.mark.skipif(apart.mode() != "apart", reason=f"nodes not apart here: {apart.mode()}")
+
+
+def sbatch(workdir: Path, script: str, *options: str, env: dict[str, str] | None = None) -> str:
+    """Run ``script`` as a batch job and wait; its output."""
+    (workdir / "job.sh").write_text("#!/bin/bash\n" + script)
+    done = run(["sbatch", "--wait", "-o", "out.txt", *options, "job.sh"], cwd=workdir, env=env)
+    assert done.returncode == 0, done.stderr + (workdir / "out.txt").read_text()
+    return (workdir / "out.txt").read_text()
+
+
+def test_each_task_sees_its_own_nodes_hostname(workdir: Path) -> None:
+    out = sbatch(workdir, "echo batch $(hostname)\n"
+                          "srun -N2 -n2 -l python3 -c 'import os, socket; "
+                          "print(socket.gethostname(), os.uname().nodename, os.environ[\"SLURMD_NODENAME\"])'\n",
+                 "-N2", "-n2")
+    assert "batch node1\n" in out
+    assert sorted(line for line in out.splitlines() if line[0].isdigit()) == ["0: node1 node1 node1",
+                                                                              "1: node2 node2 node2"], out
+
+
+def test_tmp_is_private_to_each_node_and_job(workdir: Path) -> None:
+    """Exercise 2.3's mistake: data unpacked once into /tmp in the batch shell is not on node2."""
+    out = sbatch(workdir, 'mkdir /tmp/data-$SLURM_JOB_ID && touch /tmp/data-$SLURM_JOB_ID/a /tmp/data-$SLURM_JOB_ID/b\n'
+                          'srun -N2 -n2 -l bash -c "ls /tmp/data-$SLURM_JOB_ID 2>/dev/null | wc -l"\n'
+                          'srun -N1 -n1 -w node1 bash -c "echo again \\$(ls /tmp/data-$SLURM_JOB_ID | wc -l)"\n'
+                          'echo job $SLURM_JOB_ID\n',
+                 "-N2", "-n2")
+    counts = sorted(line for line in out.splitlines() if line[0].isdigit())
+    assert counts == ["0: 2", "1: 0"], out  # task 0 on node1 sees the files, task 1 on node2 none
+    assert "again 2" in out  # a later step on node1 sees what the batch shell left there
+    job = int(out.split("job ")[1].split()[0])
+    left = [apart.private_tmp(job, node) for node in ("node1", "node2")]
+    give_up = time.monotonic() + 30  # removed by the supervisor just after it records the job's end
+    while any(path.exists() for path in left) and time.monotonic() < give_up:
+        time.sleep(0.1)
+    assert not any(path.exists() for path in left), f"a job's /tmp outlived it: {left}"
+
+
+def test_login_tmp_is_not_on_the_nodes_but_the_working_folder_is(workdir: Path) -> None:
+    login_only = Path("/tmp") / f"hpcnb-login-{uuid.uuid4().hex}"
+    login_only.mkdir()
+    try:
+        (workdir / "here.txt").write_text("shared\n")
+        out = sbatch(workdir, f"ls {login_only} >/dev/null 2>&1 && echo seen || echo unseen\ncat here.txt\n"
+                              "srun -n1 cat here.txt\n")
+    finally:
+        login_only.rmdir()
+    assert out.split() == ["unseen", "shared", "shared"], out
+
+
+def test_a_step_whose_folder_is_not_on_its_node_starts_in_tmp(workdir: Path) -> None:
+    out = sbatch(workdir, "mkdir /tmp/w-$SLURM_JOB_ID && cd /tmp/w-$SLURM_JOB_ID\n"
+                          "srun -N2 -n2 -l pwd 2>&1\n", "-N2", "-n2")
+    assert "slurmstepd-node2: error: couldn't chdir to `/tmp/w-" in out, out
+    assert "': No such file or directory: going to /tmp instead" in out and "1: /tmp\n" in out, out
+    assert re.search(r"^0: /tmp/w-\d+$", out, re.M), out
+
+
+def test_shared_mode_on_request(workdir: Path) -> None:
+    """HPCNB_NODES=shared (a cluster setting, read by the controller): one host again."""
+    env = {**os.environ, "HPCNB_NODES": "shared"}
+    status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=env)
+    assert "nodes: shared: HPCNB_NODES=shared;" in status.stdout, status.stdout
+    assert "nodes: apart (" in run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"]).stdout
+
+
+def test_shared_tops_keep_only_what_the_job_was_given() -> None:
+    env = {"HOME": "/tmp/home-x/me", "PATH": "/usr/bin:/tmp/venv-y/bin", "EMPTY": "", "ROOT": "/tmp"}
+    tops = apart.shared_tops("/tmp/pytest-of-me/pytest-1/test0", env)
+    assert {"/tmp/home-x", "/tmp/venv-y", "/tmp/pytest-of-me"} <= set(tops)
+    assert "/tmp" not in tops and all(top.count("/") == 2 for top in tops)
