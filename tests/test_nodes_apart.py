@@ -15,7 +15,13 @@ from conftest import run
 
 from hpcnb.localslurm import apart
 
-pytestmark = pytest.mark.skipif(apart.mode() != "apart", reason=f"nodes not apart here: {apart.mode()}")
+
+
+@pytest.fixture(autouse=True)
+def nodes_apart(local_slurm: Path) -> None:
+    """Probed on this session's local Slurm (not at collection: that would touch the user's state)."""
+    if apart.mode() != "apart":
+        pytest.skip(f"nodes not apart here: {apart.mode()}")
 
 
 def sbatch(workdir: Path, script: str, *options: str, env: dict[str, str] | None = None) -> str:

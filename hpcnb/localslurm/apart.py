@@ -135,8 +135,7 @@ def probe() -> str:
     if pid == 0:
         os.close(read)
         try:
-            here = os.getcwd()
-            enter(NodeView("probe", here, ()))
+            enter(NodeView("probe", str(paths.state_dir()), ()))  # a folder that is there, whatever the cwd
             os._exit(0)
         except BaseException as err:  # noqa: BLE001 - reported to the parent
             os.write(write, str(err).encode()[:500])
