@@ -268,6 +268,20 @@ def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:
     assert bad.returncode == 1 and "task 1: Exited with exit code 1" in bad.stderr
 
 
+def test_a_step_runs_on_the_nodes_it_names_or_leaves_out(workdir: Path) -> None:
+    """srun -w/-x inside an allocation, as Slurm places the step; a node outside the job is refused."""
+    (workdir / "job.sh").write_text("#!/bin/bash\n"
+                                    "srun -N1 -n1 -w node2 printenv SLURMD_NODENAME\n"
+                                    "srun -N1 -n1 -x node1 printenv SLURMD_NODENAME\n"
+                                    "srun -N1 -n1 -w node3 true || echo refused\n")
+    done = run(["sbatch", "--wait", "-N2", "-n2", "-o", "out.txt", "job.sh"])
+    assert done.returncode == 0, done.stderr
+    lines = (workdir / "out.txt").read_text().splitlines()
+    assert lines[:2] == ["node2", "node2"], lines
+    assert re.fullmatch(r"srun: error: Unable to create step for job \d+: Requested node configuration is not "
+                        r"available", lines[2]) and lines[3:] == ["refused"], lines
+
+
 def test_srun_relays_each_task_line_whole(workdir: Path) -> None:
     """Tasks that write a line in two pieces: srun passes whole lines on, as slurmstepd does (-u: as written)."""
     job = submit("-n2", "-o", "lines.out", "--wrap",

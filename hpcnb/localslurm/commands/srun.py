@@ -102,10 +102,12 @@ def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dic
         ntasks = sum(p["cpus"] // per_task for p in nodes[: req.nodes_min or len(nodes)]) or 1
     if not ntasks:
         ntasks = inherited_ntasks or (req.nodes_min or len(nodes))
-    count = req.nodes_min or min(len(nodes), ntasks)
+    nodes, wanted = _step_nodes(job, req)
+    count = max(req.nodes_min or min(len(nodes), ntasks), wanted)
     if count > len(nodes):
         raise StepError(f"Unable to create step for job {job['id']}: Requested node configuration is not available")
-    used = nodes[:count]
+    order = {p["node"]: i for i, p in enumerate(job["alloc"])}
+    used = sorted(nodes[:count], key=lambda p: order[p["node"]])  # tasks in the job's node order
     caps = [p["cpus"] // per_task for p in used]
     if req.ntasks_per_node:
         caps = [min(c, req.ntasks_per_node) for c in caps]
@@ -120,6 +122,21 @@ def layout(job: dict, req: JobRequest, inherited_ntasks: int | None) -> list[dic
     # without -c (which implies --exact) a step may use every CPU the job has on its nodes
     return [{"node": p["node"], "tasks": t, "cpus": t * per_task if req.cpus_per_task else p["cpus"], "alloc": p}
             for p, t in zip(used, tasks)]
+
+
+def _step_nodes(job: dict, req: JobRequest) -> tuple[list[dict], int]:
+    """The job's nodes a step may use, those ``--nodelist`` names first (``--exclude``'s left out),
+    and how many it names. A named node outside the job: Slurm's "not available"."""
+    try:
+        named = hostlist.expand_hostlist(req.nodelist) if req.nodelist else []
+        left_out = set(hostlist.expand_hostlist(req.exclude)) if req.exclude else set()
+    except hostlist.BadHostlist:
+        named, left_out = ["?"], set()  # as an unknown node
+    ours = {p["node"] for p in job["alloc"]}
+    if not set(named) <= ours or set(named) & left_out:
+        raise StepError(f"Unable to create step for job {job['id']}: Requested node configuration is not available")
+    usable = [p for p in job["alloc"] if p["node"] not in left_out]
+    return sorted(usable, key=lambda p: p["node"] not in named), len(set(named))
 
 
 def start_step(conn, job: dict, cluster: Cluster, req: JobRequest, argv: list[str], base_env: dict[str, str],
