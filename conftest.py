@@ -48,6 +48,36 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
               file=sys.stderr, flush=True)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("nbval"):
+        _kernels_over_unix_sockets()
+
+
+def _kernels_over_unix_sockets() -> None:
+    """nbval's kernels talk over Unix sockets in a private folder each, not over TCP ports: a port
+    that jupyter_client picks, frees and hands to the kernel to bind can be taken meanwhile by
+    anything else on a busy machine (the lessons' own jobs open many), and the kernel then dies at
+    start ("Kernel died before replying to kernel_info", every cell of lesson 3b in one CI run)."""
+    import shutil
+    import tempfile
+
+    import nbval.kernel
+    from jupyter_client.manager import KernelManager
+
+    class UnixSocketKernelManager(KernelManager):
+        def __init__(self, **kwargs) -> None:
+            super().__init__(**kwargs)
+            self.transport = "ipc"
+            self.ip = tempfile.mkdtemp(prefix="nbval-kernel-") + "/kernel"
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:  # what shutdown_kernel calls
+            await super()._async_cleanup_resources(restart=restart)
+            if not restart:
+                shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
+
+    nbval.kernel.KernelManager = UnixSocketKernelManager
+
+
 def _site_lane() -> str | None:
     """The site profile a run of the course's notebooks emulates (``HPCNB_PROFILE``), unless local."""
     profile = os.environ.get("HPCNB_PROFILE") or "local"
