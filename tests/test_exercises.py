@@ -18,8 +18,10 @@ test checks that both give the same notebook.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import re
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -182,3 +184,98 @@ def _has_nbgrader() -> bool:
     except ImportError:
         return False
     return True
+
+
+# ------------------------------------------------- feedback a student can act on (issue 25)
+
+def _python(source: str) -> ast.Module:
+    """A cell's code as Python (IPython's ``!cmd`` lines turned into calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return ast.parse(TransformerManager().transform_cell(source))
+
+
+def _has_text(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+               for n in ast.walk(node))
+
+
+def _student_names(cell) -> set[str]:
+    """Names a solution cell's answer defines: what its regions assign at top level, and the
+    functions whose body is a region (their stub raises NotImplementedError)."""
+    names: set[str] = set()
+    region: list[str] | None = None
+    for line in cell.source.split("\n"):
+        if BEGIN_SOLUTION in line:
+            region = []
+        elif END_SOLUTION in line and region is not None:
+            tree = _python(textwrap.dedent("\n".join(region)))
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(node.name)
+                names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                          and not isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+            region = None
+        elif region is not None:
+            region.append(line)
+    for node in _python(cell.source).body:
+        if isinstance(node, ast.FunctionDef) and BEGIN_SOLUTION in (ast.get_source_segment(cell.source, node) or ""):
+            names.add(node.name)
+    return names
+
+
+def _answered_call(tree: ast.Module) -> ast.Call | None:
+    """The cell's first statement after its imports, if it is ``answered(...)``."""
+    body = [s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
+    first = body[0] if body else None
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
+            and isinstance(first.value.func, ast.Name) and first.value.func.id == "answered"):
+        return first.value
+    return None
+
+
+def test_graded_checks_name_the_mistake(notebook: Path) -> None:
+    """Every assert of a graded test cell says what is wrong (no bare assert), and the cell first
+    checks with answered("N.K", ...) every name of the student's answer that it reads, so that an
+    unanswered exercise says so instead of failing with a NameError."""
+    nb = nbformat.read(notebook, as_version=4)
+    number = notebook.name.split("-")[0].lstrip("0")
+    student: set[str] = set()
+    exercise = 0
+    for cell in nb.cells:
+        if is_solution(cell) and cell.cell_type == "code":
+            student |= _student_names(cell)
+        if not is_graded_test(cell):
+            continue
+        exercise += 1
+        tree = _python(cell.source)
+        bare = [ast.unparse(n)[:80] for n in ast.walk(tree) if isinstance(n, ast.Assert)
+                and (n.msg is None or not _has_text(n.msg))]
+        assert not bare, f"{notebook.name} {label(cell)}: asserts without a message naming the mistake: {bare}"
+        call = _answered_call(tree)
+        assert call is not None, f"{notebook.name} {label(cell)}: start with answered(\"{number}.{exercise}\", ...)"
+        listed = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        assert listed[0] == f"{number}.{exercise}", f"{notebook.name} {label(cell)}: answered({listed[0]!r}, ...)"
+        own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        own |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                for a in n.args + n.kwonlyargs + n.posonlyargs}
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        unchecked = sorted((read & student) - own - set(listed[1:]))
+        assert not unchecked, (f"{notebook.name} {label(cell)} reads {unchecked} from the student's answer: "
+                               "name them in its answered(...) call")
+
+
+def test_answered_says_unanswered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcnb.course.checks import answered, is_stub
+
+    namespace: dict = {}
+    exec(compile("def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n", "<cell>", "exec"), namespace)
+    exec(compile("def g(x):\n    return x\n", "<cell>", "exec"), namespace)
+    assert is_stub(namespace["f"]) and not is_stub(namespace["g"]) and not is_stub(3)
+    namespace.update(answered=answered, value=1)
+    monkeypatch.chdir(tmp_path)
+    exec('answered("1.1", "value", "g")', namespace)
+    for call, missing in [('answered("2.3", "value", "nothing")', "`nothing`"), ('answered("2.3", "f")', "`f`"),
+                          ('answered("2.3", files=("ddp.py",))', "the file ddp.py")]:
+        with pytest.raises(AssertionError, match=rf"^2\.3 is unanswered: .*{re.escape(missing)}"):
+            exec(call, namespace)

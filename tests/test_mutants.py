@@ -190,3 +190,39 @@ def test_solution_passes(notebook: str, cell: str, tmp_path: Path) -> None:
     nb = copy.deepcopy(read(notebook))
     failed, err = run(nb, cells_to_run(nb, notebook, cell), tmp_path)
     assert failed is None, f"{SOLUTIONS[notebook].name}, {cell}: the real solution fails:\n{describe(err)}"
+
+
+EXERCISES = {p.stem.split("-")[0]: p for p in sorted((ROOT / "exercises").glob("[0-9][0-9]*-*.ipynb"))}
+
+
+@runs_notebooks
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", sorted(EXERCISES))
+def test_unanswered_says_so(notebook: str, tmp_path: Path) -> None:
+    """The exercise notebook as a student gets it (exercises/, every answer still the stub): after
+    the setup, each answer cell raises NotImplementedError and its graded test cell then says that
+    the exercise is unanswered, not NameError. The cells between (jobs that use the answers) are
+    not run: they fail on their own, and the test cell must say it regardless."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(EXERCISES[notebook], as_version=4)
+    number = notebook.lstrip("0")
+    graded = [i for i, c in enumerate(nb.cells) if _is_graded_test(c)]
+    stubs = [i for i, c in enumerate(nb.cells) if _is_solution(c)]
+    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    said: dict[str, str] = {}
+    with client.setup_kernel():
+        for index in setup_cells(nb):
+            client.execute_cell(nb.cells[index], index)
+        for index in sorted(stubs + graded):
+            try:
+                client.execute_cell(nb.cells[index], index)
+                said[_nbgrader(nb.cells[index])["grade_id"]] = "(no error)"
+            except CellExecutionError as err:
+                said[_nbgrader(nb.cells[index])["grade_id"]] = f"{err.ename}: {ANSI.sub('', err.evalue)}"
+    for k, index in enumerate(graded, start=1):
+        grade_id = _nbgrader(nb.cells[index])["grade_id"]
+        assert said[grade_id].startswith(f"AssertionError: {number}.{k} is unanswered"), (
+            f"{EXERCISES[notebook].name}, {grade_id}: {said[grade_id]}")
