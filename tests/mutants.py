@@ -27,6 +27,7 @@ class Mutant:
     shows: str = ""                       # text the test cell's failure must show
     error: str = "AssertionError"         # the exception the test cell must raise
     passes: bool = False                  # a right answer: the test must pass it
+    apart: bool = False                   # caught only where the virtual nodes are apart (own /tmp, hostname)
 
     @property
     def id(self) -> str:
@@ -91,6 +92,14 @@ MUTANTS: list[Mutant] = [
     Mutant("02", "ex3-solution", "no-srun", "unpacks and counts in the batch shell: the first node only",
            (("srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 bash -c", "bash -c"),),
            shows="2.3: expected one count file per node"),
+    Mutant("02", "ex3-solution", "tmp-once", "unpacks once, in the batch shell, into /tmp: node2 has no copy "
+           "(its /tmp is its own)",
+           (('\'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; mkdir -p "$d" && tar -xf dataset.tar -C "$d"\'', "true"),
+            ("# each task's node-local folder",
+             'd=/tmp/$USER-$SLURM_JOB_ID; mkdir -p "$d" && tar -xf dataset.tar -C "$d"  # once, here\n'
+             "# each task's node-local folder"),
+            ("d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; ls", "d=/tmp/$USER-$SLURM_JOB_ID; ls")),
+           shows="a node that found none has no copy", apart=True),
     Mutant("02", "ex3-solution", "one-node", "asks for one node, not two",
            (("#SBATCH --nodes=2\n", "#SBATCH --nodes=1\n"),), shows="2.3: the job should have COMPLETED on 2 nodes"),
     # ------------------------------------------------------------ 03 first batch job

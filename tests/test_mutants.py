@@ -163,6 +163,11 @@ def test_every_exercise_has_a_mutant_that_applies() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
 def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
+    if mutant.apart:
+        from hpcnb.localslurm.apart import mode
+
+        if mode() != "apart":
+            pytest.skip(f"needs virtual nodes apart; here: {mode()}")
     nb = read(mutant.notebook)
     planted = plant(nb, mutant)
     indices = cells_to_run(nb, mutant.notebook, mutant.cell)
