@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -93,3 +95,38 @@ def test_shared_tops_keep_only_what_the_job_was_given() -> None:
     tops = apart.shared_tops("/tmp/pytest-of-me/pytest-1/test0", env)
     assert {"/tmp/home-x", "/tmp/venv-y", "/tmp/pytest-of-me"} <= set(tops)
     assert "/tmp" not in tops and all(top.count("/") == 2 for top in tops)
+
+
+def test_a_task_of_an_ordinary_user_trusts_the_folders_it_cannot_name() -> None:
+    """In a task's user namespace only its user is mapped: root's /tmp and /home show as the overflow
+    uid, and srun inside a job refused its own state folder for it (lesson 6 as a student)."""
+    from hpcnb.localslurm import paths, procs
+
+    uid = os.getuid() or 54321  # root: check as an ordinary user, whose task gets a user namespace
+    top = Path(tempfile.mkdtemp(prefix="apart-user-", dir="/tmp"))
+    state, private = top / "state", top / "node2-tmp"
+    for folder in (state, private):
+        folder.mkdir(mode=0o700)
+    for folder in (top, state, private):
+        os.chown(folder, uid, uid)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                if os.getuid() == 0:
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
+                    procs.libc_prctl()(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self is ours again, as after exec
+                apart.enter(apart.NodeView("node2", str(private), (str(top),)))
+                assert Path("/tmp").stat().st_uid != 0, "not in a user namespace"
+                paths._check_trusted(state)
+                status = 0
+            except BaseException as err:  # noqa: BLE001 - reported through the exit status
+                os.write(2, f"{type(err).__name__}: {err}\n".encode())
+            os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the task refused its state folder"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -58,12 +58,13 @@ def _check_trusted(path: Path) -> None:
     if real in _trusted:
         return
     me = os.getuid()
+    trusted = {me, 0, *_unnamed_owner()}
     for folder in (real, *real.parents):
         info = folder.stat()
         mine = info.st_uid == me
         if folder == real and not mine:
             why = f"is owned by uid {info.st_uid}, not by you (uid {me})"
-        elif info.st_uid not in (me, 0):
+        elif info.st_uid not in trusted:
             why = f"is owned by uid {info.st_uid}, neither you (uid {me}) nor root"
         elif info.st_mode & 0o022 and (folder == real or not info.st_mode & stat.S_ISVTX):
             why = f"can be written by {'every user' if info.st_mode & 0o002 else 'its group'}"
@@ -74,6 +75,20 @@ def _check_trusted(path: Path) -> None:
             f"the local Slurm refuses its state directory {path}: {where} {why}, so another user could "
             "change your jobs. Use a folder of your own (HPCNB_STATE_DIR), or fix the owner and mode.")
     _trusted.add(real)
+
+
+def _unnamed_owner() -> tuple[int, ...]:
+    """Inside a user namespace that maps only this user (a job's task on a virtual node that is apart,
+    :mod:`.apart`), root and every other owner show as the overflow uid: the folders above the state
+    were checked outside, where the job was submitted, so that uid is taken as root here."""
+    try:
+        with open("/proc/self/uid_map") as fh:
+            if fh.read().split() == ["0", "0", "4294967295"]:
+                return ()  # the initial namespace: every owner is named
+        with open("/proc/sys/kernel/overflowuid") as fh:
+            return (int(fh.read()),)
+    except (OSError, ValueError):
+        return ()
 
 
 def db_path() -> Path:
