@@ -74,7 +74,7 @@ def enter(view: NodeView) -> None:
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in view.keep if os.path.isdir(path)]
     _check(libc.mount(view.tmp.encode(), TMP.encode(), None, MS_BIND | MS_REC, None), f"mount {view.tmp} on /tmp")
     for path, fd in kept:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)  # a mount point in the node's /tmp: private whatever the umask
         _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
                f"mount {path}")
         os.close(fd)
@@ -121,8 +121,9 @@ def _probed(state: str) -> str:
         return record.read_text().strip()
     except OSError:
         found = probe()
-    try:
-        record.write_text(found + "\n")
+    try:  # private (0600) whatever the umask, as everything in the state folder
+        with os.fdopen(os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write(found + "\n")
     except OSError:
         pass
     return found
