@@ -20,11 +20,19 @@ JOB_VIEWS = (
 
 
 def slurm_snapshot() -> str:
-    """What squeue and sacct say now (each bounded to 15 s; an error is reported, not raised)."""
+    """What the lane's Slurm (the one the lessons' kernels use: ``slurm_env``) says now through
+    squeue and sacct, each bounded to 15 s; an error is reported, not raised."""
+    from hpcnb.backend import slurm_env
+
     parts = []
+    try:
+        env = slurm_env()
+    except Exception as err:  # noqa: BLE001 - a report must not fail for want of a setting
+        env, parts = None, [f"(the lane's Slurm is unknown: {err}; PATH's commands answer)"]
     for argv in JOB_VIEWS:
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=15,
+                                  stdin=subprocess.DEVNULL, env=env)
             parts.append(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
         except (OSError, subprocess.TimeoutExpired) as err:
             parts.append(f"$ {' '.join(argv)}\n(failed: {err})")

@@ -289,6 +289,20 @@ def test_a_slow_start_gets_longer_local_jobs_that_still_need_several_runs(monkey
         minutes, seconds = map(int, limit.split(":"))
         seconds += 60 * minutes
         assert seconds - warn < 240 * step_s, (startup, limit, step_s)  # a run that starts at once
-        assert seconds - warn - 1.5 * startup > 0  # room for a start 50 % slower than measured
+        assert seconds - warn - 2 * startup > 0  # room for a start twice as slow as measured
+        assert warn >= 8 + (startup - 2) / 2  # and for saving and asking for the requeue as slowly
         two_runs = 2 * (seconds - warn - startup)  # two runs that start as fast as measured
         assert two_runs > 240 * step_s, (startup, limit, step_s)
+
+
+def test_a_run_warned_before_training_is_requeued_once_more_not_twice(tmp_path: Path, monkeypatch):
+    """One slow start earns one more run; two runs in a row warned before their first step do not
+    requeue again (the time limit is too short for the start-up: requeueing would loop)."""
+    from hpcnb.scripts.ckpt_train import stalled_twice
+
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert not stalled_twice(str(tmp_path))  # run 1
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert stalled_twice(str(tmp_path))  # run 2, right after
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
+    assert not stalled_twice(str(tmp_path))  # run 4, after a run 3 that trained

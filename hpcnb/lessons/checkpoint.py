@@ -253,16 +253,17 @@ def requeue_demo_timing(startup_s: float | None = None, steps: int = 240) -> tup
     ``steps`` steps that must be warned and requeued within a few minutes. A real Slurm counts
     ``--time`` in minutes and may send the ``--signal`` up to 60 s early: 3-minute jobs warned 90 s
     before their end. The local Slurm keeps time to the second: 20 s jobs warned 8 s before their
-    end, longer where the training script takes more than 2 s to start (``startup_s``, measured here
-    when not given: a busy machine), so that each run still trains some steps. The steps take more
-    than a whole run's time to the warning, so no run can do them all, however fast it starts."""
+    end; longer jobs, warned earlier, where the training script takes more than 2 s to start
+    (``startup_s``, measured here when not given: a busy machine), so that a run that starts twice
+    as slowly still trains some steps and has time to save and ask for its requeue. The steps take
+    more than a whole run's time to the warning, so no run can do them all, however fast it starts."""
     from hpcnb.backend import which_slurm
 
     if which_slurm() != "local":
         return 0.5, "0:03:00", 90
-    warn = 8
     slow = max(0.0, (measure_startup() if startup_s is None else startup_s) - 2)
-    limit = 20 + math.ceil(2 * slow)
+    warn = 8 + math.ceil(slow / 2)
+    limit = 20 + math.ceil(3 * slow)
     step_s = math.ceil(1000 * (limit - warn + 4) / steps) / 1000
     return step_s, f"{limit // 60}:{limit % 60:02d}", warn
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
-import re
+import string
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,10 +156,6 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
         return None
     req = job["req"]
     env = req.get("env") or {}
-    storage = [_expand(path, env) for path in cluster.shared_paths]
+    storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
     return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage))
 
-
-def _expand(path: str, env: dict[str, str]) -> str:
-    """``$USER``-style variables filled in from the job's environment (unknown ones left)."""
-    return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), path)

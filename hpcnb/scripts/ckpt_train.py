@@ -6,7 +6,9 @@
 * It saves a checkpoint every ``--every`` steps (atomically: :func:`hpcnb.lessons.checkpoint.atomic_save`).
 * On ``SIGUSR1`` (``#SBATCH --signal=B:USR1@<seconds>``) it saves and asks Slurm to requeue the
   job (``scontrol requeue $SLURM_JOB_ID``); on ``SIGTERM`` (preemption, ``scancel``, the time
-  limit) it saves and exits — a preempted ``--requeue`` job is requeued by Slurm itself.
+  limit) it saves and exits — a preempted ``--requeue`` job is requeued by Slurm itself. A warning
+  that comes before the first step of two runs in a row means a time limit too short for the
+  start-up: it then saves and exits without a requeue.
 * ``--steps-per-run K`` stops after K steps in one run (saving first): a link of a chain of jobs
   (``--array=1-N%1`` or ``--dependency=afterok``). A run that finds the training finished does
   nothing.
@@ -23,6 +25,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from hpcnb.lessons.checkpoint import Checkpointer, SignalGuard, restart_count
 
@@ -35,6 +38,19 @@ def weights_checksum(model) -> str:
     for tensor in model.state_dict().values():
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def stalled_twice(ckpt_dir: str) -> bool:
+    """Whether the run before this one, too, was warned before its first step; notes this run's
+    number in ``ckpt_dir/warned-before-training`` for the next one to ask."""
+    mark = Path(ckpt_dir) / "warned-before-training"
+    run = restart_count()
+    try:
+        before = mark.read_text().strip()
+    except OSError:
+        before = ""
+    mark.write_text(f"{run}\n")
+    return before == str(run - 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +123,15 @@ def train(guard: SignalGuard, argv: list[str] | None) -> int:
             ck.save(done, model, opt)
             if guard.should_requeue and warned_before_start:
                 # The warning came before this run had started training: start-up took longer than
-                # the time the job has before its warning. Requeueing would only repeat that.
-                print(f"{guard.signal} arrived before the first step of this run: the job's time limit "
-                      f"leaves too little time after start-up; not requeueing (give it a longer --time)",
-                      flush=True)
-                guard.finish(requeue=False)
+                # the time the job has before its warning. Once may be a slow start (a cold file
+                # cache, a busy node); twice in a row, requeueing would only repeat it.
+                if stalled_twice(args.ckpt_dir):
+                    print(f"{guard.signal} arrived before the first step of this run and of the one before: "
+                          f"the job's time limit leaves too little time after start-up; not requeueing "
+                          f"(give it a longer --time)", flush=True)
+                    guard.finish(requeue=False)
+                print(f"{guard.signal} arrived before the first step of this run: a slow start? "
+                      f"One more run (not two, if the next one starts as slowly)", flush=True)
             then = "asking Slurm to requeue the job" if guard.should_requeue else "exiting"
             print(f"{guard.signal} after step {done}: checkpoint saved, {then}", flush=True)
             guard.finish()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import string
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -128,9 +129,7 @@ class StorageTier:
 
         Unknown variables are left as they are (``$SLURM_TMPDIR`` outside a job).
         """
-        values = os.environ if env is None else env
-        return re.sub(r"\$(\w+)|\$\{(\w+)\}",
-                      lambda m: values.get(m.group(1) or m.group(2), m.group(0)), self.path)
+        return string.Template(self.path).safe_substitute(os.environ if env is None else env)
 
 
 @dataclass(frozen=True)
