@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Lane
 from reliability_helpers import Slurm, make_env
 
 GETOPT_TRY = 'Try "{cmd} --help" for more information\n'
@@ -429,3 +430,21 @@ def test_job_api_unknown_job(quiet_slurm: Slurm, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HPCNB_STATE_DIR", str(quiet_slurm.state))
     with pytest.raises(jobs.JobNotFound):
         jobs.Job.attach(999999)
+
+
+COUNTS_PAST_INT_MAX = [  # parse_int: 22.05 wraps to C's int or refuses LONG_MAX; 24.11 refuses INT_MAX and past
+    (f"--ntasks={BIG}", {"22.05": "Numeric argument (9223372036854775807) to big for --ntasks.",
+                         "24.11": "Numeric argument (9223372036854775807) too large for --ntasks."}),
+    ("--ntasks=2147483648", {"22.05": "invalid number of tasks (-n -2147483648)",
+                             "24.11": "Numeric argument (2147483648) too large for --ntasks."}),
+    ("--cpus-per-task=2147483647", {"24.11": "Numeric argument (2147483647) too large for --cpus-per-task."}),
+    ("--ntasks=-5", {"22.05": 'Invalid numeric value "-5" for --ntasks.', "24.11": 'Invalid numeric value "-5" for --ntasks.'}),
+]
+
+
+@pytest.mark.parametrize("option, said", COUNTS_PAST_INT_MAX, ids=[c[0][:22] for c in COUNTS_PAST_INT_MAX])
+def test_counts_past_int_max_answer_as_each_version(lane: Lane, tmp_path: Path, option: str, said: dict) -> None:
+    if lane.version not in said:
+        pytest.skip(f"{lane.version} takes it")
+    done = lane.run(["sbatch", "--hold", option, "--wrap", "true"], cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"sbatch: error: {said[lane.version]}\n")

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
-from hpcnb.slurm.bounds import LONG_MAX, c_int, saturated
+from hpcnb.slurm.bounds import INT_MAX, LONG_MAX, c_int, saturated
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
@@ -97,16 +97,28 @@ class JobRequest(Record):
 
 
 def parse_count(value: str, option: str, positive: bool = True) -> int:
-    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``; ``strtol``
-    saturating is refused, and a value past INT_MAX wraps as C's ``(int)`` does (measured on 22.05:
-    ``-n 4294967297`` is one task, ``-n 2147483648`` is ``-2147483648``)."""
+    """Slurm's ``parse_int(name, value, positive)``: 0 is refused only when ``positive``. 22.05
+    refuses only ``strtol`` saturating, and a value past INT_MAX wraps as C's ``(int)`` does
+    (measured: ``-n 4294967297`` is one task, ``-n 2147483648`` is ``-2147483648``); 24.11 refuses
+    INT_MAX and more (``too large``; proc_args.c, measured)."""
     match = re.fullmatch(r"\s*([+-]?)([0-9]+)\s*", value)
-    number = saturated(match[2]) if match else -1
+    if not match or (match[1] == "-" and saturated(match[2])) or (positive and not saturated(match[2])):
+        raise UsageError(f'Invalid numeric value "{value}" for {option}.')
+    number = saturated(match[2])
+    if number >= INT_MAX and _state_since("24.11"):
+        raise UsageError(f"Numeric argument ({number}) too large for {option}.")
     if number == LONG_MAX:
         raise UsageError(f"Numeric argument ({LONG_MAX}) to big for {option}.")
-    if not match or (match[1] == "-" and number) or (positive and not number):
-        raise UsageError(f'Invalid numeric value "{value}" for {option}.')
     return c_int(number)
+
+
+def _state_since(version: str) -> bool:
+    """Whether the local Slurm's state behaves as ``version`` or later (read only where the
+    versions part: options are parsed before a command opens the state)."""
+    from . import db
+    from .cluster import state_cluster
+
+    return state_cluster(db.connect()).since(version)
 
 
 def parse_mem(value: str, option: str) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import FINAL_STATES, REAL_VERSION, Norm, Side, compare, on_both, without_waiting
+from .harness import FINAL_STATES, Norm, Side, compare, on_both, without_waiting
 
 
 CAPTURED = Path(__file__).resolve().parent.parent / "fixtures" / "real-slurm-22.05" / "cases.json"
@@ -158,16 +158,8 @@ def run_case(side: Side, case: str, argv: list[str]) -> dict:
     return out
 
 
-#: Cases whose 24.11 answer the local Slurm does not give yet (measured on the real 24.11, 2026-11-27):
-#: its parse_int refuses any count past INT_MAX ("Numeric argument (2147483648) too large for --ntasks."),
-#: where 22.05 wraps it to an int or, at LONG_MAX, says "to big".
-NOT_YET_2411 = {"sbatch_ntasks_past_64_bits", "sbatch_ntasks_wraps_negative"}
-
-
 @pytest.mark.parametrize("case", [*SBATCH_CASES, *MORE])
 def test_bad_request(sides, case: str) -> None:
-    if REAL_VERSION == "24.11" and case in NOT_YET_2411:
-        pytest.skip("24.11's parse_int ('too large' past INT_MAX) is not emulated yet")
     argv = SBATCH_CASES.get(case) or MORE[case]
     got = on_both(sides, lambda side: run_case(side, case, argv))
     compare(f"error: {' '.join(argv)}", got["local"], got["real"])
