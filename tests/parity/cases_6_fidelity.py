@@ -139,6 +139,33 @@ def test_fidelity_srun_in_a_job_with_export(sides) -> None:
     check_all("srun in a job with --export", on_both(sides, one))
 
 
+# -- srun --nodelist / --exclude inside a two-node job -------------------------------------------
+PLACED_SCRIPT = """#!/bin/bash
+#SBATCH -N2 -n2
+specs=("-N1 -n1 -w node2" "-N1 -n1 -x node1" "-n2 -w node[1-2]" "-N1 -n1 -w node3" "-N1 -n1 -w node1 -x node1"
+       "-N2 -n2 -x node2" "-N1 -n1 -w [")
+for spec in "${specs[@]}"; do
+    out=$(srun $spec printenv SLURMD_NODENAME); rc=$?
+    echo "srun $spec: $(sort <<<"$out" | tr '\\n' ' ')rc=$rc"
+done
+"""
+
+
+def test_fidelity_srun_nodelist_and_exclude_in_a_job(sides) -> None:
+    """A step placed with -w/-x inside a two-node job: which node it runs on, and what a node the job
+    does not hold, or one both named and excluded, or an unparsable list, gets as an answer."""
+    def one(side: Side) -> dict:
+        wd = side.workdir("fidelity-srun-placed")
+        job = side.sbatch(["-o", "out.txt", "-e", "err.txt"], wd, PLACED_SCRIPT)
+        side.wait_done(job, wd)
+        norm = Norm(side, [wd], [job])
+        err = norm.text(settled_text(wd / "err.txt") or "").splitlines()
+        return {"stdout": norm.text(settled_text(wd / "out.txt") or "").splitlines(),
+                "stderr": sorted(x for x in err if not STEP_RETRY.search(x))}
+
+    check_all("srun -w/-x in a job", on_both(sides, one))
+
+
 # -- srun --kill-on-bad-exit -----------------------------------------------------------------------
 KILL_CASES = {  # name: (srun options, environment)
     "-K": (["-n2", "-K"], None),
