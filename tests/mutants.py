@@ -9,7 +9,7 @@ assert's line or message), so that the check meant to catch the mistake is the o
 
 Every exercise needs at least one mutant (tests/test_mutants.py checks it, in ``make test``);
 a new or changed exercise brings its own. Run them with ``make test-mutants``. Since issue 25 every
-check names the mistake in its message ("3.3: --time=45 means 2700 seconds, ..."), and a new mutant's
+check names the mistake in its message ("3.3: --time=45 means 2700 seconds (45 minutes), ..."), and a new mutant's
 ``shows`` is part of that message, not of the assert's code: the student sees the message.
 """
 from __future__ import annotations
@@ -124,13 +124,13 @@ MUTANTS: list[Mutant] = [
            (("#SBATCH --array=1-4", "#SBATCH --array=0-3"),), shows="3.2: the array must have tasks 1 to 4"),
     Mutant("03", "ex3-solution", "bare-seconds", "writes 45 seconds as '45', which Slurm reads as minutes",
            (('"45 seconds": "00:45"', '"45 seconds": "45"'),),
-           shows="3.3: --time=45 means 2700 seconds, not 45 seconds"),
+           shows="3.3: --time=45 means 2700 seconds (45 minutes), not 45 seconds"),
     Mutant("03", "ex3-solution", "minutes-seconds", "writes 90 minutes as 1:30, which Slurm reads as 1 min 30 s",
            (('"90 minutes": "01:30:00"', '"90 minutes": "1:30"'),),
-           shows="3.3: --time=1:30 means 90 seconds, not 90 minutes"),
+           shows="3.3: --time=1:30 means 90 seconds (1 minute 30 seconds), not 90 minutes"),
     Mutant("03", "ex3-solution", "days-as-hours", "writes 2 days and 12 hours as 48:12:00",
            (('"2 days and 12 hours": "2-12:00:00"', '"2 days and 12 hours": "48:12:00"'),),
-           shows="3.3: --time=48:12:00 means 173520 seconds, not 2 days and 12 hours"),
+           shows="3.3: --time=48:12:00 means 173520 seconds (2 days 12 minutes), not 2 days and 12 hours"),
     Mutant("03", "ex3-solution", "bare-minutes", "writes 90 minutes as a bare 90: right, Slurm reads minutes",
            (('"90 minutes": "01:30:00"', '"90 minutes": "90"'),), passes=True),
     Mutant("03", "ex4-solution", "keeps-roomy", "asks again for the roomy 800M, not the measured peak plus 25 %",

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["answered", "is_stub"]
+__all__ = ["answered", "in_words", "is_stub"]
 
 STUB = "raise NotImplementedError()"
 
@@ -40,3 +40,15 @@ def answered(exercise: str, *names: str, files: tuple[str, ...] = ()) -> None:
         raise AssertionError(
             f"{exercise} is unanswered: write your answer in the cell above, in place of "
             f"{STUB}, and run it (it must make {', '.join(missing)})")
+
+
+def in_words(seconds: int | None) -> str:
+    """A duration as a person says it ("45 minutes", "2 days 12 hours"); None is "no limit"."""
+    if seconds is None:
+        return "no limit"
+    minutes, secs = divmod(seconds, 60)
+    hours, mins = divmod(minutes, 60)
+    days, hrs = divmod(hours, 24)
+    parts = [f"{n} {unit}{'s' if n != 1 else ''}"
+             for n, unit in ((days, "day"), (hrs, "hour"), (mins, "minute"), (secs, "second")) if n]
+    return " ".join(parts) or "0 seconds"
