@@ -41,6 +41,11 @@ from hpcnb.slurm_options import (
 )
 from hpcnb.lessons.tunnel import TunnelPlan
 from hpcnb.localslurm import commands as local_commands
+from hpcnb.localslurm import db as local_db
+from hpcnb.localslurm import submit as local_submit
+from hpcnb.localslurm.commands.common import open_cluster
+from hpcnb.localslurm.commands.options import build_request, report
+from hpcnb.localslurm.request import SubmitError, UsageError
 from reliability_helpers import Slurm, make_env
 
 FUZZ = settings(max_examples=200, deadline=None)  # a few seconds per file
@@ -374,8 +379,9 @@ def test_tunnel_fields_share_the_rule(field: str, kw: dict[str, object]) -> None
 # ------------------------------------------- the local Slurm's commands: Slurm's errors, never a traceback
 
 #: Numbers at and past Slurm's bounds (uint32 ids, NO_VAL, 64 bits, thousands of digits) and their neighbours.
-HUGE = st.sampled_from(["9" * 20, str(2**64), str(2**32 - 1), str(2**32 - 2), str(2**31), "-" + "9" * 20,
-                        "9" * 5000, "0", "-1", "1e99", "0x10"])
+HUGE_NUMBERS = ["9" * 20, str(2**64), str(2**32 - 1), str(2**32 - 2), str(2**31), str(2**31 - 1), "-" + "9" * 20,
+                "9" * 5000, "0", "-1", "1e99", "0x10"]
+HUGE = st.sampled_from(HUGE_NUMBERS)
 PREFIXED_HUGE = st.builds("{}{}".format, st.sampled_from(["", "now+", "now-", "afterok:", "0-3%", "0-", "1_", "1-",
                                                          "1:", "singleton,afterany:"]), HUGE)
 #: Any argument a command can get: huge numbers, random text and bytes (as Python decodes argv), newlines, NUL.
@@ -464,6 +470,43 @@ def test_scontrol_update_of_any_field(private_slurm: Slurm, field: str, value: s
     for name, argv in (("squeue", ["-j", job]), ("sacct", ["-j", job]), ("scontrol", ["show", "job", job])):
         assert_slurm_answer(*command(name, *argv)[::2])
     assert command("scancel", job)[0] == 0
+
+
+def srun_or_salloc_request(name: str, argv: list[str]) -> tuple[int, str]:
+    """What srun and salloc do with their options before they wait for resources: parse them
+    (command line and environment), then have the controller check the request, as ``sbatch
+    --test-only`` does. (Exit code, stderr); run in this process, so nothing is queued or started."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            req, _ = build_request(name, argv)
+            conn, cluster = open_cluster()
+            local_submit.base_request_fields(req, dict(os.environ), cluster)
+            with local_db.transaction(conn):
+                local_submit.finalize(req, cluster, conn)
+            code = 0
+        except (OptionError, UsageError, SubmitError) as refused:
+            code = report(name, refused)
+        except SystemExit as leave:
+            code = leave.code if isinstance(leave.code, int) else 1
+    return code, err.getvalue()
+
+
+@FUZZ
+@given(st.sampled_from(["srun", "salloc"]), st.data())
+def test_srun_and_salloc_any_value_of_any_option(private_slurm: Slurm, name: str, data: st.DataObject) -> None:
+    option = data.draw(st.sampled_from(sorted(s.long for s in command_options(name) if s.arg != "none")))
+    value = data.draw(VALUES)
+    assert_slurm_answer(*srun_or_salloc_request(name, [f"--{option}={value}", "true"]))
+
+
+@pytest.mark.parametrize("name", ["srun", "salloc"])
+def test_srun_and_salloc_every_option_with_every_huge_number(private_slurm: Slurm, name: str) -> None:
+    """Not left to chance: each of their options with each number at or past Slurm's bounds."""
+    for option in sorted(s.long for s in command_options(name) if s.arg != "none"):
+        for value in HUGE_NUMBERS:
+            code, err = srun_or_salloc_request(name, [f"--{option}={value}", "true"])
+            assert not PYTHON_ERROR.search(err) and (code == 0 or err.strip()), (option, value, code, err)
 
 
 def test_the_controller_answers_after_the_fuzzing(private_slurm: Slurm) -> None:

@@ -89,6 +89,8 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
     ("nodes-word", sb("-N", "abc"), {}, None, 255, 'sbatch: error: "abc" is not a valid node count\n'),
     ("mem-word", sb("--mem=abc"), {}, None, 255, "sbatch: error: Invalid --mem specification\n"),
     ("mem-negative", sb("--mem=-5"), {}, None, 255, "sbatch: error: Invalid --mem specification\n"),
+    ("mem-past-64-bits", sb(f"--mem={BIG}"), {}, None, 255, "sbatch: error: Invalid --mem specification\n"),
+    ("mem-thousands-of-digits", sb(f"--mem={'9' * 5000}G"), {}, None, 255, "sbatch: error: Invalid --mem specification\n"),
     ("mem-per-cpu-word", sb("--mem-per-cpu=abc"), {}, None, 255, "sbatch: error: Invalid --mem-per-cpu specification\n"),
     # impossible requests, unknown names
     ("mem-too-big", sb("--mem=100000"), {}, None, 1,
@@ -272,6 +274,8 @@ ACCEPTED = [
     ("array-throttle-past-64-bits", [f"--array=0-3%{BIG}"], {}),
     ("begin-past-64-bits", [f"--begin=now+{BIG}"], {}),
     ("ntasks-wraps-to-one", ["--ntasks=4294967297"], {}),
+    ("nodes-past-64-bits-is-one", [f"--nodes={BIG}"], {"%D": "1"}),  # strtol, then (int) -1: one node
+    ("nodes-thousands-of-digits", [f"--nodes={'9' * 5000}"], {"%D": "1"}),
     ("ntasks-per-node-wraps", ["--ntasks-per-node=2147483648"], {}),
     ("mincpus-past-int", ["--mincpus=2147483648"], {}),
     ("array-throttle-wraps-to-three", ["--array=0-3%4294967299"], {}),

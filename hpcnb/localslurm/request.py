@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from hpcnb.slurm import gpus
-from hpcnb.slurm.bounds import INT_MAX, LONG_MAX, c_int, saturated
+from hpcnb.slurm.bounds import INT_MAX, LONG_MAX, c_int, saturated, strtol
 from hpcnb.slurm.options import OptionSpec
 from hpcnb.slurm.record import Record
 from hpcnb.slurm.sizes import SizeError, parse_mem as _parse_mb
@@ -135,7 +135,8 @@ def parse_nodes(value: str) -> tuple[int | None, int | None]:
     match = re.fullmatch(r"(-?\d+)(?:-(\d+))?", value.strip())
     if not match:
         raise UsageError(f'"{value}" is not a valid node count', exit_code=255)
-    low, high = int(match.group(1)), int(match.group(2)) if match.group(2) else None
+    # strtol, then C's (int): a count past INT_MAX wraps (_str_to_nodes in proc_args.c)
+    low, high = c_int(strtol(match.group(1))), c_int(strtol(match.group(2))) if match.group(2) else None
     if low == 0 and high is None:
         raise SubmitError("Node count specification invalid")
     if high and low > 0 and high < low:  # (max 0 = no max) checked live against a real 22.05 (tests/parity)
@@ -174,8 +175,8 @@ def parse_begin(text: str, option: str, now: float | None = None) -> float:
 
 
 def _signal_number(name: str) -> int | None:
-    if name.isdigit():
-        return int(name) if 0 < int(name) < 65 else None
+    if re.fullmatch("[0-9]+", name):
+        return int(name) if 0 < saturated(name) < 65 else None
     name = name.upper()
     name = name if name.startswith("SIG") else "SIG" + name
     sig = getattr(_signal, name, None)

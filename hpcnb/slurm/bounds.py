@@ -7,7 +7,7 @@ and SQLite can hold.
 """
 from __future__ import annotations
 
-__all__ = ["INFINITE", "INT_MAX", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated"]
+__all__ = ["INFINITE", "INT_MAX", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated", "strtol"]
 
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF
@@ -31,6 +31,15 @@ def saturated(digits: str) -> int:
     (and thousands of digits cost nothing, where Python's ``int`` would refuse them)."""
     digits = digits.lstrip("0")
     return LONG_MAX if len(digits) > 19 else min(int(digits or "0"), LONG_MAX)
+
+
+def strtol(text: str) -> int:
+    """An optionally signed run of ASCII digits as C's ``strtol`` reads it: saturated at ``LONG_MAX``
+    and ``LONG_MIN``."""
+    digits = text.lstrip("+-").lstrip("0")
+    if not text.startswith("-"):
+        return saturated(digits)
+    return -(LONG_MAX + 1) if len(digits) > 19 else -min(int(digits or "0"), LONG_MAX + 1)
 
 
 def c_int(number: int) -> int:

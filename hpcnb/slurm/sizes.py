@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from hpcnb.slurm.bounds import LONG_MAX, saturated
+
 __all__ = ["UNITS", "SizeError", "format_rounded_size", "format_size", "parse_bytes", "parse_mem", "parse_printed_size"]
 
 UNITS = ("", "K", "M", "G", "T", "P")
@@ -21,9 +23,12 @@ def parse_mem(text: str, option: str = "--mem") -> int:
     """MB in a ``--mem``/``--mem-per-cpu`` value, as Slurm's ``str_to_mbytes``: a whole number,
     MB by default, then K (rounded up to whole MB), M, G or T, optionally followed by B."""
     match = _MEM.fullmatch(text) if isinstance(text, str) else None
-    if not match or int(match.group(1)) < 0:
+    digits = match.group(1).lstrip("+-").lstrip("0") if match else ""
+    number = saturated(digits)
+    if not match or (match.group(1).startswith("-") and number) or (number == LONG_MAX and digits != str(LONG_MAX)):
+        # strtoll saturating is refused (NO_VAL64), as is a negative number
         raise SizeError(f"Invalid {option} specification: {text!r} (write e.g. 500M, 2G, 1T)")
-    number, unit = int(match.group(1)), (match.group(2) or "M").upper()
+    unit = (match.group(2) or "M").upper()
     if unit == "K":
         return (number + 1023) // 1024
     return number * 1024 ** (UNITS.index(unit) - 2)
