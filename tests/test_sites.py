@@ -14,7 +14,7 @@ from hpcnb.sites import (
     load_profile, parse_bytes, parse_file_count, parse_time_limit,
 )
 
-SHIPPED = {"local", "stability", "narval", "ulysses", "alvis", "hpc2n", "pizdaint"}
+SHIPPED = {"local", "stability", "narval", "ulysses", "alvis", "hpc2n", "pizdaint", "cscs-alps"}
 
 # A minimal valid profile; tests break it one field at a time.
 MINIMAL = textwrap.dedent("""\
@@ -166,6 +166,31 @@ def test_site_facts_from_the_guides() -> None:
     hpc2n = load_profile("hpc2n")
     assert hpc2n.login_hosts == () and hpc2n.storage == () and hpc2n.gpu_request == ""
     assert hpc2n.nodes[0].features == ("skylake",)
+
+
+def test_cscs_alps_facts_from_cscs_docs() -> None:
+    """Today's Daint on Alps, from CSCS's documentation (docs/clusters/daint.md, docs/running/slurm.md...)."""
+    alps = load_profile("cscs-alps")
+    gh200, = alps.gpu_types
+    assert (gh200.name, gh200.per_node, gh200.memory_gb) == ("GH200", 4, None)  # no HBM figure in the docs
+    assert alps.gpu_request == "--gpus-per-node=4"
+    assert alps.slurm_version == "24.05"  # docs/access/firecrest.md: 24.05.4
+    assert alps.account_directive == "--account=<project>"
+    assert alps.account_required is False  # docs/running/slurm.md: --account "no longer required"
+    limits = {part.name: part.max_time for part in alps.partitions}
+    assert limits == {"normal": "1-00:00:00", "debug": "00:30:00", "xfer": "1-00:00:00", "low": "1-00:00:00"}
+    assert alps.default_partition().name == "normal"
+    scratch = alps.tier("scratch")
+    assert (scratch.quota_bytes, scratch.quota_files) == (150 * 2**40, 10**6)
+    assert scratch.backed_up is False and "30 days" in scratch.purged
+    assert alps.tier("home").quota_files == 500_000 and alps.tier("store").backed_up is True
+    assert not alps.slurm_tmpdir and alps.tier("ramdisk").node_local
+    assert "jupyter-daint.cscs.ch" in alps.jupyter
+    assert alps.login_hosts == ("ela.cscs.ch", "daint.alps.cscs.ch")
+    text = (sites.SITES_DIR / "cscs-alps.toml").read_text()
+    assert all(r.source.startswith("docs/") for r in alps.rules)
+    assert text.count("docs/") >= 20  # every fact names its file in CSCS's docs
+    assert any("cscs-alps" in note for note in load_profile("pizdaint").notes)  # the retired XC points here
 
 
 def test_partition_and_tier_lookups() -> None:
