@@ -371,13 +371,23 @@ class SignalThread:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while (sig := signal.sigwait(self.FORWARDED | {self.WAKE})) != self.WAKE:
-            if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
-                _say("srun: got SIGCONT")
-            elif sig == signal.SIGTERM and not self.forced:
-                self.forced = True
-                _say("srun: forcing job termination")
-            procs.send([p for p in procs.descendants() if p.pid in self.task_pids], sig)
+        while True:
+            sig = signal.sigwait(self.FORWARDED | {self.WAKE})
+            # Linux hands out pending signals lowest number first: a SIGTERM sent after a SIGCONT (the
+            # order in which a job is ended), both waiting on a busy machine, would be taken first
+            if sig != signal.SIGCONT and signal.SIGCONT in signal.sigpending():
+                self._take(signal.sigwait({signal.SIGCONT}))
+            if sig == self.WAKE:
+                return
+            self._take(sig)
+
+    def _take(self, sig: int) -> None:
+        if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
+            _say("srun: got SIGCONT")
+        elif sig == signal.SIGTERM and not self.forced:
+            self.forced = True
+            _say("srun: forcing job termination")
+        procs.send([p for p in procs.descendants() if p.pid in self.task_pids], sig)
 
 
 class KillOnBadExit:
