@@ -118,7 +118,7 @@ test-gpu:
 test-lessons: setup
 	$(nbval-lessons)
 
-# make test-lessons-site PROFILE=pizdaint: the lessons as make test runs them, on a local Slurm made
+# make test-lessons-site PROFILE=cscs-alps: the lessons as make test runs them, on a local Slurm made
 # from that site's profile (partitions, project rule, GPUs per node, no SLURM_TMPDIR...): every job
 # script is the site's (%%jobscript). Cells that show the chosen site run but are not compared with
 # the local recording (conftest.py); every other checked output is.

@@ -273,13 +273,19 @@ def test_a_step_runs_on_the_nodes_it_names_or_leaves_out(workdir: Path) -> None:
     (workdir / "job.sh").write_text("#!/bin/bash\n"
                                     "srun -N1 -n1 -w node2 printenv SLURMD_NODENAME\n"
                                     "srun -N1 -n1 -x node1 printenv SLURMD_NODENAME\n"
-                                    "srun -N1 -n1 -w node3 true || echo refused\n")
+                                    "srun -N1 -n1 -w node3 true || echo refused\n"
+                                    "srun -N1 -n1 -w node1 -x node1 true || echo refused\n"
+                                    "srun -N2 -n2 -x node2 true || echo refused\n")
     done = run(["sbatch", "--wait", "-N2", "-n2", "-o", "out.txt", "job.sh"])
     assert done.returncode == 0, done.stderr
     lines = (workdir / "out.txt").read_text().splitlines()
     assert lines[:2] == ["node2", "node2"], lines
     assert re.fullmatch(r"srun: error: Unable to create step for job \d+: Requested node configuration is not "
-                        r"available", lines[2]) and lines[3:] == ["refused"], lines
+                        r"available", lines[2]) and lines[3] == "refused", lines
+    assert lines[4:] == ["srun: error: Requested node node1 is also in the excluded list.",
+                         "srun: error: Job not submitted.", "refused",
+                         "srun: error: Only allocated 1 nodes asked for 2",
+                         "srun: error: Are required nodes explicitly excluded?", "refused"], lines
 
 
 def test_srun_relays_each_task_line_whole(workdir: Path) -> None:

@@ -143,7 +143,7 @@ def test_fidelity_srun_in_a_job_with_export(sides) -> None:
 PLACED_SCRIPT = """#!/bin/bash
 #SBATCH -N2 -n2
 specs=("-N1 -n1 -w node2" "-N1 -n1 -x node1" "-n2 -w node[1-2]" "-N1 -n1 -w node3" "-N1 -n1 -w node1 -x node1"
-       "-N2 -n2 -x node2" "-N1 -n1 -w [")
+       "-N2 -n2 -x node2" "-N3 -n3")
 for spec in "${specs[@]}"; do
     out=$(srun $spec printenv SLURMD_NODENAME); rc=$?
     echo "srun $spec: $(sort <<<"$out" | tr '\\n' ' ')rc=$rc"
