@@ -159,8 +159,8 @@ def test_fidelity_srun_nodelist_and_exclude_in_a_job(sides) -> None:
         job = side.sbatch(["-o", "out.txt", "-e", "err.txt"], wd, PLACED_SCRIPT)
         side.wait_done(job, wd)
         norm = Norm(side, [wd], [job])
-        err = norm.text(settled_text(wd / "err.txt") or "").splitlines()
-        return {"stdout": norm.text(settled_text(wd / "out.txt") or "").splitlines(),
+        err = ids_text(norm, settled_text(wd / "err.txt") or "").splitlines()
+        return {"stdout": ids_text(norm, settled_text(wd / "out.txt") or "").splitlines(),
                 "stderr": sorted(x for x in err if not STEP_RETRY.search(x))}
 
     check_all("srun -w/-x in a job", on_both(sides, one))
