@@ -102,9 +102,9 @@ def parse_count(value: str, option: str, positive: bool = True) -> int:
     (measured: ``-n 4294967297`` is one task, ``-n 2147483648`` is ``-2147483648``); 24.11 refuses
     INT_MAX and more (``too large``; proc_args.c, measured)."""
     match = re.fullmatch(r"\s*([+-]?)([0-9]+)\s*", value)
-    if not match or (match[1] == "-" and saturated(match[2])) or (positive and not saturated(match[2])):
+    number = saturated(match[2]) if match else 0
+    if not match or (match[1] == "-" and number) or (positive and not number):
         raise UsageError(f'Invalid numeric value "{value}" for {option}.')
-    number = saturated(match[2])
     if number >= INT_MAX and _state_since("24.11"):
         raise UsageError(f"Numeric argument ({number}) too large for {option}.")
     if number == LONG_MAX:

@@ -7,7 +7,8 @@ and SQLite can hold.
 """
 from __future__ import annotations
 
-__all__ = ["INFINITE", "INT_MAX", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated", "strtol"]
+__all__ = ["INFINITE", "INT_MAX", "LONG_MAX", "MAX_EPOCH", "NO_VAL", "clamp_epoch", "c_int", "job_id_fits", "saturated",
+           "strtol"]
 
 NO_VAL = 0xFFFFFFFE
 INFINITE = 0xFFFFFFFF

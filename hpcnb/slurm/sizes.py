@@ -24,8 +24,8 @@ def parse_mem(text: str, option: str = "--mem") -> int:
     MB by default, then K (rounded up to whole MB), M, G or T, optionally followed by B."""
     match = _MEM.fullmatch(text) if isinstance(text, str) else None
     digits = match.group(1).lstrip("+-").lstrip("0") if match else ""
-    number = saturated(digits)
-    if not match or (match.group(1).startswith("-") and number) or (number == LONG_MAX and digits != str(LONG_MAX)):
+    number, negative = saturated(digits), bool(match) and match.group(1).startswith("-")
+    if not match or (negative and number) or (number == LONG_MAX and digits != str(LONG_MAX)):
         # strtoll saturating is refused (NO_VAL64), as is a negative number
         raise SizeError(f"Invalid {option} specification: {text!r} (write e.g. 500M, 2G, 1T)")
     unit = (match.group(2) or "M").upper()
