@@ -422,9 +422,9 @@ def held_job() -> str:
     return out.strip()
 
 
-def assert_slurm_answer(code: int, err: str) -> None:
-    assert not PYTHON_ERROR.search(err), err
-    assert code == 0 or err.strip(), f"exit {code} with nothing said"
+def assert_slurm_answer(code: int, err: str, *asked: str) -> None:
+    assert not PYTHON_ERROR.search(err), (asked, err)
+    assert code == 0 or err.strip(), f"{asked}: exit {code} with nothing said"
 
 
 def assert_controller_answers(slurm: Slurm) -> None:
@@ -505,8 +505,7 @@ def test_srun_and_salloc_every_option_with_every_huge_number(private_slurm: Slur
     """Not left to chance: each of their options with each number at or past Slurm's bounds."""
     for option in sorted(s.long for s in command_options(name) if s.arg != "none"):
         for value in HUGE_NUMBERS:
-            code, err = srun_or_salloc_request(name, [f"--{option}={value}", "true"])
-            assert not PYTHON_ERROR.search(err) and (code == 0 or err.strip()), (option, value, code, err)
+            assert_slurm_answer(*srun_or_salloc_request(name, [f"--{option}={value}", "true"]), option, value)
 
 
 def test_the_controller_answers_after_the_fuzzing(private_slurm: Slurm) -> None:

@@ -343,27 +343,26 @@ class Supervisor:
         before the script's exit: Slurm's controller has the request, so the job is requeued, not
         COMPLETED (lesson 12's job asks for its own requeue, then exits 0 at once)."""
         try:
-            self._fresh()
-            row = self.conn.execute("SELECT control FROM jobs WHERE id=?", (self.job["id"],)).fetchone()
+            return self._control(only=("requeue", "preempt"))
         except sqlite3.Error:
             return None
-        return self._control() if row and row["control"] in ("requeue", "preempt") else None
 
-    def _control(self) -> Outcome | None:
+    def _control(self, only: tuple[str, ...] = ("cancel", "requeue", "preempt")) -> Outcome | None:
+        """Carry out what scancel/scontrol asked of the job (one of ``only``); None if nothing."""
         self._fresh()
         row = self.conn.execute("SELECT control FROM jobs WHERE id=?", (self.job["id"],)).fetchone()
         action = row["control"] if row else None
+        if action not in only:
+            return None
         if action == "cancel":
             outcome = Outcome("CANCELLED", 0, 0, "CANCELLED", 0, signal.SIGTERM)
             self._end(outcome, None)
             return outcome
-        if action in ("requeue", "preempt"):
-            requeue = self.job["kind"] == "batch" and (action == "requeue" or self.job["req"].get("requeue") is not False)
-            self._kill_all("DUE TO PREEMPTION" if action == "preempt" else "DUE TO JOB REQUEUE")
-            if requeue:
-                return Outcome("REQUEUE", step_state="CANCELLED", step_signal=signal.SIGTERM)
-            return Outcome("PREEMPTED", 0, 0, "CANCELLED", 0, signal.SIGTERM)
-        return None
+        requeue = self.job["kind"] == "batch" and (action == "requeue" or self.job["req"].get("requeue") is not False)
+        self._kill_all("DUE TO PREEMPTION" if action == "preempt" else "DUE TO JOB REQUEUE")
+        if requeue:
+            return Outcome("REQUEUE", step_state="CANCELLED", step_signal=signal.SIGTERM)
+        return Outcome("PREEMPTED", 0, 0, "CANCELLED", 0, signal.SIGTERM)
 
 
 def outcome_of(statuses: list[int | None], signal_reason: bool = False) -> Outcome:
