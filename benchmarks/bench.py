@@ -1,9 +1,11 @@
 """Local Slurm and hpcnb latency benchmark; prints a markdown table (not a test).
 
-    .venv/bin/python benchmarks/bench.py [--runs 20] [--array 200]
+    .venv/bin/python benchmarks/bench.py [--runs 20] [--array 200] [--nodes shared]
 
 It runs against a private local Slurm (a temporary HPCNB_STATE_DIR, the local commands first on
-PATH) and resets it afterwards with ``python -m hpcnb.cli slurm reset``. Reference figures are
+PATH) and resets it afterwards with ``python -m hpcnb.cli slurm reset``. Its virtual nodes are apart
+(each its own hostname and ``/tmp``) where this machine allows it; ``--nodes shared`` measures them
+shared (``HPCNB_NODES=shared``), for the cost of the isolation. Reference figures are
 from the real Slurm 22.05.8 of ``ci/real-slurm.sh`` on the same kind of 2-core machine.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ import json, subprocess, sys, time
 times = []
 for _ in range(int(sys.argv[1])):
     t = time.perf_counter()
-    subprocess.run(["srun", "-n", "2", "true"], check=True)
+    subprocess.run(["srun", *sys.argv[2:], "true"], check=True)
     times.append(time.perf_counter() - t)
 print(json.dumps(times))
 """
@@ -109,8 +111,9 @@ def array_all_done(env: dict[str, str], cwd: Path, size: int) -> float:
     return timed(["sbatch", "--wait", f"--array=1-{size}", "--wrap", "true"], env, cwd)
 
 
-def srun_in_allocation(env: dict[str, str], cwd: Path, runs: int) -> list[float]:
-    res = run(["salloc", "-n2", PY, "-c", SRUN_INNER, str(runs)], env, cwd)
+def srun_in_allocation(env: dict[str, str], cwd: Path, runs: int, *shape: str) -> list[float]:
+    """``srun SHAPE true`` timed alone, ``runs`` times, inside one ``salloc SHAPE``."""
+    res = run(["salloc", *shape, PY, "-c", SRUN_INNER, str(runs), *shape], env, cwd)
     if res.returncode != 0:
         raise SystemExit(f"salloc/srun failed: {res.stderr}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -120,11 +123,20 @@ def import_hpcnb(env: dict[str, str], cwd: Path, runs: int) -> list[float]:
     return [timed([PY, "-c", "import hpcnb"], env, cwd) for _ in range(runs)]
 
 
-def environment(state: Path) -> dict[str, str]:
+def nodes_mode(env: dict[str, str], cwd: Path) -> str:
+    """``apart ...`` or ``shared: why``, as ``hpcnb slurm status`` says it."""
+    status = run([PY, "-m", "hpcnb.cli", "slurm", "status"], env, cwd).stdout
+    return next((line[len("nodes: "):] for line in status.splitlines() if line.startswith("nodes: ")), "unknown")
+
+
+def environment(state: Path, nodes: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_"))}
     env.update(HPCNB_STATE_DIR=str(state), HPCNB_SLURM="local")
     env.pop("HPCNB_PROFILE", None)
+    env.pop("HPCNB_NODES", None)
+    if nodes == "shared":
+        env["HPCNB_NODES"] = "shared"
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what users get: commands load cached bytecode
     folder = subprocess.run([PY, "-m", "hpcnb.cli", "slurm-path"], env=env, cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -137,15 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="repetitions of the latency measurements")
     parser.add_argument("--array", type=int, default=200, help="tasks in the array measurement")
     parser.add_argument("--imports", type=int, default=10, help="repetitions of `import hpcnb`")
+    parser.add_argument("--nodes", choices=("auto", "shared"), default="auto",
+                        help="virtual nodes apart where the machine allows it (auto), or shared")
     opts = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="hpcnb-bench-"))
     state, work = tmp / "state", tmp / "work"
     work.mkdir()
-    env = environment(state)
+    env = environment(state, opts.nodes)
     rows: list[Row] = []
     load_before = os.getloadavg()[0]
     try:
         sbatch_wait(env, work, 2)  # start the controller; not measured
+        nodes = nodes_mode(env, work)
         def median(what: str, times: list[float], target: float, real: float | None) -> Row:
             return Row(what, "median", statistics.median(times), target, real, min(times))
 
@@ -158,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(Row(f"{opts.array}-task array: sbatch --wait → all done", "total",
                         array_all_done(env, work, opts.array), 3.0, 41.0 if opts.array == 200 else None))
         rows.append(median(f"srun -n 2 true inside salloc -n2 (n={opts.runs})",
-                           srun_in_allocation(env, work, opts.runs), 0.15, 0.14))
+                           srun_in_allocation(env, work, opts.runs, "-n2"), 0.15, 0.14))
+        rows.append(median(f"srun -N2 -n2 true inside salloc -N2 -n2 (n={opts.runs})",
+                           srun_in_allocation(env, work, opts.runs, "-N2", "-n2"), 0.20, None))
         rows.append(median(f"python -c 'import hpcnb', fresh interpreter (n={opts.imports})",
                            import_hpcnb(env, work, opts.imports), 0.15, None))
     finally:
@@ -169,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                               capture_output=True, text=True).stdout.strip() or os.environ.get("HPCNB_REVISION", "unknown")
     print(f"hpcnb benchmark, {time.strftime('%Y-%m-%d %H:%M')}, hpcnb {revision}, {platform.node()} "
           f"({os.cpu_count()} cores, load {load_before:.2f} before, Python {platform.python_version()}, "
-          f"{platform.platform(terse=True)})\n")
+          f"{platform.platform(terse=True)}), nodes {nodes}\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:
