@@ -2,7 +2,9 @@
 the course's Jupyter kernel.
 
 * :mod:`hpcnb.course.grading` — ``hpcnb grading generate|check|release|collect|autograde|return``:
-  nbgrader-style exercise notebooks made from ``solutions/``, the students' kit, graded submissions;
+  nbgrader-style exercise notebooks made from ``solutions/``, the students' kit, graded submissions
+  (the command line; the work in :mod:`~hpcnb.course.exercises`, :mod:`~hpcnb.course.release`,
+  :mod:`~hpcnb.course.autograde`, through :mod:`~hpcnb.course.nbgrader_io`);
 * :mod:`hpcnb.course.handout` — ``collect`` and ``return``: exercise notebooks out of, and feedback
   into, each portal user's home;
 * :mod:`hpcnb.course.sandbox` — where student code runs while it is graded (bubblewrap: no network,

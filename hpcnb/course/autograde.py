@@ -1,0 +1,367 @@
+"""Autograding (``hpcnb grading autograde``): each student's notebooks against the solutions.
+
+Each solution notebook is one nbgrader assignment of one notebook; each student's notebook is graded
+in its own process (``nbgrader autograde``: submitted test cells are replaced by the source's, deleted
+ones are added back, hidden tests come back; every cell runs under ``ExecutePreprocessor.timeout``),
+then ``grades.csv``, ``cells.csv``, feedback HTML (``nbgrader generate_feedback``) per student, the
+autograded notebooks and the gradebook are written. nbgrader runs as the instructor; the student's
+code runs only in the kernel, which nbgrader's Execute (:class:`hpcnb.course.sandbox.SandboxedExecute`)
+starts in a bubblewrap sandbox of its own.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from hpcnb.course import sandbox
+from hpcnb.course.nbgrader_io import (
+    ROOT,
+    SOLUTIONS_DIR,
+    GradingError,
+    _build_source,
+    _nbgrader_meta,
+    _read,
+    _run_converter,
+    solution_notebooks,
+)
+from hpcnb.course.sandbox import Limits, SandboxError
+from hpcnb.course.submissions import SubmissionError, read_submission
+from hpcnb.course.tamper import TAMPERED
+
+DEFAULT_TIMEOUT = 60  # seconds per cell when autograding, on the local Slurm
+REAL_SLURM_TIMEOUT = 600  # on a real one: a TIMEOUT takes 60-90 s there, a requeue hold 120 s
+
+__all__ = ["DEFAULT_TIMEOUT", "REAL_SLURM_TIMEOUT", "CellGrade", "NotebookGrade", "autograde", "default_timeout"]
+
+
+@dataclass
+class CellGrade:
+    """One graded cell of one submission."""
+
+    name: str
+    score: float
+    max_score: float
+    error: str = ""  # the error's name when the cell failed (AssertionError, CellTimeoutError ...)
+
+
+@dataclass
+class NotebookGrade:
+    """One student's notebook: ``status`` is graded, missing, timeout (killed as a whole), error, or
+    tampered (its graded cells after the tampering score 0: :mod:`hpcnb.course.tamper`)."""
+
+    student: str
+    notebook: str
+    score: float
+    max_score: float
+    status: str = "graded"
+    cells: dict[str, CellGrade] = field(default_factory=dict)
+    feedback: Path | None = None
+    message: str = ""
+
+    @property
+    def timed_out_cells(self) -> list[str]:
+        return [c.name for c in self.cells.values() if c.error == "CellTimeoutError"]
+
+
+def default_timeout() -> int:
+    """Seconds per cell: DEFAULT_TIMEOUT on the local Slurm, REAL_SLURM_TIMEOUT on a real one (slower)."""
+    from hpcnb.backend import which_slurm
+
+    try:
+        real = which_slurm() == "real"
+    except ValueError as err:  # a bad HPCNB_SLURM
+        raise GradingError(str(err)) from None
+    return REAL_SLURM_TIMEOUT if real else DEFAULT_TIMEOUT
+
+
+def _students(submissions: Path) -> list[Path]:
+    return sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def _code_cells(path: Path) -> int:
+    return sum(1 for c in _read(path).cells if c.cell_type == "code")
+
+
+def _cell_errors(autograded: Path) -> dict[str, str]:
+    """grade_id -> name of the error a graded cell raised, from an autograded notebook."""
+    errors: dict[str, str] = {}
+    if not autograded.exists():
+        return errors
+    for cell in _read(autograded).cells:
+        meta = _nbgrader_meta(cell)
+        if not meta.get("grade_id") or cell.cell_type != "code":
+            continue
+        found = {out.get("ename", "error"): out.get("evalue", "") for out in cell.get("outputs", [])
+                 if out.get("output_type") == "error"}
+        if TAMPERED in found:
+            errors[meta["grade_id"]] = f"{TAMPERED}: {found[TAMPERED]}"
+        elif found:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
+            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in found else next(iter(found))
+    return errors
+
+
+def _read_grades(course: Path, assignment: str, student: str) -> tuple[float, float, dict[str, CellGrade]]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        try:
+            sub = gb.find_submission_notebook(assignment, assignment, student)
+        except MissingEntry:
+            nb = gb.find_notebook(assignment, assignment)
+            return 0.0, float(nb.max_score), {}
+        cells = {g.name: CellGrade(g.name, float(g.score or 0.0), float(g.max_score)) for g in sub.grades}
+        return float(sub.score or 0.0), float(sub.max_score), cells
+
+
+def _max_score(course: Path, assignment: str) -> float:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return float(gb.find_notebook(assignment, assignment).max_score)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process, everything it started (kernels run in their own session) and its group."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: int,
+                         limit: float, limits: Limits) -> tuple[str, str]:
+    """Autograde + feedback for one notebook in its own process group; (status, log tail).
+    The process is the instructor's (nbgrader); the submission's code runs in its kernel's sandbox."""
+    argv = [sys.executable, "-m", "hpcnb.course.grading", "_grade-one", str(course), assignment, student,
+            "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["TMPDIR"] = str(course / "tmp")  # the kernel's host-side files go when the course goes
+    proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        return "timeout", f"{out or ''}\ngrading this notebook took longer than {limit:g} s: stopped"[-4000:]
+    return ("graded" if proc.returncode == 0 else "error"), (out or "")[-4000:]
+
+
+def _error_summary(log: str) -> str:
+    """The most telling error line of a failed nbgrader run (not its generic 'see the traceback')."""
+    found = [line.strip() for line in log.splitlines()
+             if re.match(r"\s*[\w.]*(Error|Exception|Timeout)\w*: ", line) and "NbGraderException" not in line]
+    if found:
+        return found[-1][:300]
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _check_sandbox(*secret: Path) -> None:
+    """A sandbox starts here, and none of the folders it shows holds ``secret`` ones."""
+    try:
+        sandbox.probe()
+    except SandboxError as err:
+        raise GradingError(f"cannot grade: {err}") from None
+    for shown in sandbox.bind_sources():
+        for path in secret:
+            if shown.resolve() in (path.resolve(), *path.resolve().parents):
+                raise GradingError(f"cannot grade: the sandbox shows {shown} (Python or hpcnb lives there), "
+                                   f"which holds {path}: move the course or the submissions out of it")
+
+
+def _grade_one(course: Path, assignment: str, student: str, timeout: int, limits: Limits) -> int:
+    """The child process: nbgrader autograde (the kernel in a sandbox), then generate_feedback."""
+    result = _run_converter("autograde", course, assignment, student, timeout=timeout, limits=limits)
+    print(result.get("log", ""))
+    if not result.get("success"):
+        print(result.get("error", ""), file=sys.stderr)
+        return 1
+    feedback = _run_converter("feedback", course, assignment, student)
+    print(feedback.get("log", ""))
+    if not feedback.get("success"):
+        print(feedback.get("error", ""), file=sys.stderr)
+        return 1
+    return 0
+
+
+def autograde(
+    submissions: Path,
+    out: Path,
+    *,
+    solutions: Path = SOLUTIONS_DIR,
+    timeout: int | None = None,
+    notebook_timeout: float | None = None,
+    notebooks: Iterable[str] | None = None,
+    limits: Limits | None = None,
+    quiet: bool = False,
+) -> list[NotebookGrade]:
+    """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
+
+    ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status, message: why a
+    notebook was not graded), ``cells.csv`` (one
+    row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
+    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
+    (a cell over it is interrupted and scores 0; default: :func:`default_timeout`); ``notebook_timeout``: seconds for one whole
+    notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
+    kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
+
+    Each notebook's code runs in its own sandbox (:mod:`hpcnb.course.sandbox`) with ``limits`` (default:
+    :class:`~hpcnb.course.sandbox.Limits`; CPU seconds per process, unless given: the notebook's time limit).
+    """
+    submissions, out = Path(submissions), Path(out)
+    timeout = timeout or default_timeout()
+    if not submissions.is_dir():
+        raise GradingError(f"{submissions}: no such folder (expected SUBMISSIONS/<student>/<notebook>.ipynb)")
+    sources = solution_notebooks(solutions)
+    if notebooks is not None:
+        wanted = set(notebooks)
+        unknown = wanted - set(sources)
+        if unknown:
+            raise GradingError(f"no solution for {', '.join(sorted(unknown))} in {solutions}")
+        sources = {k: v for k, v in sources.items() if k in wanted}
+    if not sources:
+        raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
+    _check_sandbox(solutions, submissions)
+    students = _students(submissions)
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    grades: list[NotebookGrade] = []
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
+        course = Path(tmp)
+        _build_source(course, sources)
+        (course / "tmp").mkdir()
+        for student_dir in students:
+            student = student_dir.name
+            for extra in [] if student_dir.is_symlink() else sorted(student_dir.glob("*.ipynb")):
+                if extra.stem not in sources:
+                    say(f"{student}: ignoring {extra.name} (no solution notebook of that name)")
+            for stem, source in sources.items():
+                try:
+                    grade = _grade_submission(course, out, student_dir, stem, source, timeout,
+                                              notebook_timeout, limits)
+                except SubmissionError as err:
+                    grade = _unreadable(course, out, student, stem, str(err))
+                except Exception as err:  # noqa: BLE001 - one student's failure is one row, the rest are graded
+                    grade = _unreadable(course, out, student, stem, f"{type(err).__name__}: {err}")
+                grades.append(grade)
+                say(_summary(grade))
+        shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
+    _write_csv(out, grades)
+    return grades
+
+
+def _unreadable(course: Path, out: Path, student: str, stem: str, reason: str) -> NotebookGrade:
+    """An "error" row for a submission that could not be graded at all, and the student's page."""
+    grade = NotebookGrade(student, stem, 0.0, _max_score(course, stem), "error", message=reason)
+    _write_failure_feedback(out, grade)
+    return grade
+
+
+def _write_failure_feedback(out: Path, grade: NotebookGrade) -> None:
+    dest = out / "feedback" / grade.student / f"{grade.notebook}.html"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(_failure_feedback(grade))
+    grade.feedback = dest
+
+
+def _summary(grade: NotebookGrade) -> str:
+    timed = f", timed out: {', '.join(grade.timed_out_cells)}" if grade.timed_out_cells else ""
+    note = "" if grade.status == "graded" else f" [{grade.status}: {grade.message}]"
+    return f"{grade.student} {grade.notebook}: {grade.score:g}/{grade.max_score:g}{timed}{note}"
+
+
+def _grade_submission(course: Path, out: Path, student_dir: Path, stem: str, source: Path, timeout: int,
+                      notebook_timeout: float | None, limits: Limits | None) -> NotebookGrade:
+    """Grade one student's notebook (read safely: :func:`~hpcnb.course.submissions.read_submission`)."""
+    student = student_dir.name
+    data = read_submission(student_dir, f"{stem}.ipynb")
+    if data is None:
+        return NotebookGrade(student, stem, 0.0, _max_score(course, stem), "missing",
+                             message=f"no {stem}.ipynb submitted")
+    target = course / "submitted" / student / stem
+    target.mkdir(parents=True, exist_ok=True)
+    (target / f"{stem}.ipynb").write_bytes(data)
+    limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
+    used = limits or Limits()
+    if used.cpu_seconds is None:
+        used = replace(used, cpu_seconds=math.ceil(limit))
+    status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
+    score, max_score, cells = _read_grades(course, stem, student)
+    autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
+    for name, ename in _cell_errors(autograded).items():
+        if name in cells:
+            cells[name].error = ename
+    grade = NotebookGrade(student, stem, score, max_score, status, cells)
+    if status == "error" and ("Timeout waiting for" in log or "CellTimeoutError" in log):
+        grade.status = status = "timeout"  # nbclient gave up on a kernel that ignored the interrupt
+        grade.message = (f"a cell ran past the {timeout} s limit and ignored the interrupt "
+                         "(KeyboardInterrupt caught?): the notebook could not be graded")
+    elif status != "graded":
+        grade.message = _error_summary(log) or status
+    if status != "graded":
+        grade.score = 0.0
+        for cell in grade.cells.values():
+            cell.score = 0.0
+    tampered = [c.error.partition(": ")[2] for c in grade.cells.values() if c.error.startswith(TAMPERED)]
+    if status == "graded" and tampered:  # its tests ran on tampered machinery: nbgrader scored them 0
+        grade.status, grade.message = "tampered", tampered[0]
+    feedback = course / "feedback" / student / stem / f"{stem}.html"
+    if status == "graded" and feedback.exists():  # a tampered notebook's shows why too
+        dest = out / "feedback" / student / f"{stem}.html"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(feedback, dest)
+        grade.feedback = dest
+    else:  # the student hears why too
+        _write_failure_feedback(out, grade)
+    if autograded.exists():
+        dest = out / "autograded" / student / f"{stem}.ipynb"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(autograded, dest)
+    return grade
+
+
+def _failure_feedback(grade: NotebookGrade) -> str:
+    """A feedback page for a notebook that could not be graded (nbgrader writes none)."""
+    from html import escape
+
+    title = escape(f"{grade.notebook}: {grade.score:g} / {grade.max_score:g}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head><body>\n"
+            f"<h1>{title}</h1>\n<p>Your notebook could not be graded ({escape(grade.status)}):</p>\n"
+            f"<pre>{escape(grade.message)}</pre>\n</body></html>\n")
+
+
+def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
+    with open(out / "grades.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "notebook", "score", "max_score", "status", "message"])
+        for g in grades:
+            writer.writerow([g.student, g.notebook, f"{g.score:g}", f"{g.max_score:g}", g.status, g.message])
+    with open(out / "cells.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "notebook", "cell", "score", "max_score", "error"])
+        for g in grades:
+            for c in g.cells.values():
+                writer.writerow([g.student, g.notebook, c.name, f"{c.score:g}", f"{c.max_score:g}", c.error])
