@@ -173,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(Row(f"{opts.array}-task array: sbatch --wait → all done", "total",
                         array_all_done(env, work, opts.array), 3.0, 41.0 if opts.array == 200 else None))
         rows.append(median(f"srun -n 2 true inside salloc -n2 (n={opts.runs})",
-                           srun_in_allocation(env, work, opts.runs, "-n2"), 0.15, 0.14))
+                           srun_in_allocation(env, work, opts.runs, "-n2"), 0.15, 0.042))
         rows.append(median(f"srun -N2 -n2 true inside salloc -N2 -n2 (n={opts.runs})",
-                           srun_in_allocation(env, work, opts.runs, "-N2", "-n2"), 0.20, None))
+                           srun_in_allocation(env, work, opts.runs, "-N2", "-n2"), 0.20, 0.036))
         rows.append(median(f"python -c 'import hpcnb', fresh interpreter (n={opts.imports})",
                            import_hpcnb(env, work, opts.imports), 0.15, None))
     finally:
