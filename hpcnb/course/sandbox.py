@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
 import pwd
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -417,27 +419,53 @@ def _kernel_manager_class() -> type:
             return left
 
         def stop_forks(self, within: float = 5.0) -> int:
-            """SIGKILL the copies of the kernel that ``os.fork()`` made (a fork bomb's): the
-            interrupt that follows then reaches a kernel that can answer. Returns how many."""
+            """SIGKILL the copies of the kernel that ``os.fork()`` made (a fork bomb's) while the
+            kernel is stopped (SIGSTOP), so it cannot make more; then interrupt it (SIGINT, as an
+            interrupt request does) before it runs on: it resumes with its process slots free and
+            the interrupt pending. Returns how many copies were killed (0: nothing was done)."""
             import psutil
 
             kernel, stopped = self.kernel_process(), 0
-            deadline = time.monotonic() + within
-            while kernel is not None and time.monotonic() < deadline:
+            if kernel is None:
+                return 0
+            try:
+                kernel.suspend()
+            except psutil.Error:
+                return 0
+            try:
+                stopped = self._kill_copies(kernel, time.monotonic() + within)
+                if stopped:
+                    kernel.send_signal(signal.SIGINT)
+            except psutil.Error:
+                pass
+            finally:
+                with contextlib.suppress(psutil.Error):
+                    kernel.resume()
+            return stopped
+
+        @staticmethod
+        def _kill_copies(kernel: Any, deadline: float) -> int:
+            """SIGKILL every descendant of ``kernel`` that runs its command line; how many (the
+            stopped kernel reaps none: each is a zombie until it runs on)."""
+            import psutil
+
+            def runs_it(proc: Any) -> bool:
                 try:
-                    cmdline = kernel.cmdline()
-                    copies = [p for p in kernel.children(recursive=True) if p.cmdline() == cmdline]
-                except psutil.Error:
-                    break
+                    return proc.cmdline() == cmdline
+                except psutil.Error:  # gone, or a zombie
+                    return False
+
+            killed: set[int] = set()
+            cmdline = kernel.cmdline()
+            while time.monotonic() < deadline:
+                copies = [p for p in kernel.children(recursive=True) if p.pid not in killed and runs_it(p)]
                 if not copies:
                     break
                 for proc in copies:
-                    try:
+                    with contextlib.suppress(psutil.Error):
                         proc.kill()
-                        stopped += 1
-                    except psutil.Error:
-                        pass
-            return stopped
+                        killed.add(proc.pid)
+            return len(killed)
 
         def cleanup_ipc_files(self) -> None:
             """The sockets live in the sandbox's tmpfs, gone with it."""
@@ -579,14 +607,20 @@ def _execute_class() -> type:
         execute_cell = run_sync(async_execute_cell)
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
-            """A cell past its time limit: stop the kernel's forked copies (their process slots may be
-            what the kernel needs to handle the interrupt), interrupt it (nbclient), and give up on
-            the notebook (as nbgrader does) only if the kernel then never answers."""
+            """A cell past its time limit: interrupt the kernel (``stop_forks`` does it where the kernel
+            forked copies of itself, whose process slots it may need to answer; else nbclient), and
+            give up on the notebook (as nbgrader does) only if the kernel then never answers."""
             stopped = self.km.stop_forks() if hasattr(self.km, "stop_forks") else 0
             if stopped and cell is not None:
                 cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked copies "
                                           "of the kernel were stopped and the kernel interrupted"))
-            reply = await super()._async_handle_timeout(timeout, cell)
+            if stopped and self.interrupt_on_timeout:
+                # interrupted already (stop_forks): a second interrupt could strike its reply; the
+                # rest is nbclient's
+                reply = ({"content": {**self.error_on_timeout, "status": "error"}}
+                         if self.error_on_timeout else None)
+            else:
+                reply = await super()._async_handle_timeout(timeout, cell)
             grace = max(INTERRUPT_GRACE, min(timeout, 60))
             if not await self._interrupted_kernel_answers(grace):
                 raise CellTimeoutError.error_from_timeout_and_cell(
