@@ -62,28 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _kernels_over_unix_sockets() -> None:
-    """nbval's kernels talk over Unix sockets in a private folder each, not over TCP ports: a port
-    that jupyter_client picks, frees and hands to the kernel to bind can be taken meanwhile by
-    anything else on a busy machine (the lessons' own jobs open many), and the kernel then dies at
-    start ("Kernel died before replying to kernel_info", every cell of lesson 3b in one CI run)."""
-    import shutil
-    import tempfile
-
+    """nbval's kernels talk over Unix sockets in a private folder each, not over TCP ports (why:
+    hpcnb.course.kernels; it was every cell of lesson 3b in one CI run)."""
     import nbval.kernel
-    from jupyter_client.manager import KernelManager
 
-    class UnixSocketKernelManager(KernelManager):
-        def __init__(self, **kwargs) -> None:
-            super().__init__(**kwargs)
-            self.transport = "ipc"
-            self.ip = tempfile.mkdtemp(prefix="nbval-kernel-") + "/kernel"
+    from hpcnb.course.kernels import ipc_kernel_manager
 
-        async def _async_cleanup_resources(self, restart: bool = False) -> None:  # what shutdown_kernel calls
-            await super()._async_cleanup_resources(restart=restart)
-            if not restart:
-                shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
-
-    nbval.kernel.KernelManager = UnixSocketKernelManager
+    nbval.kernel.KernelManager = ipc_kernel_manager(asynchronous=False)
 
 
 def _site_lane() -> str | None:

@@ -24,6 +24,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from hpcnb.course.kernels import ipc_kernel_manager
+
 ROOT = Path(__file__).resolve().parent.parent
 BAR_S = 90.0
 
@@ -42,7 +44,8 @@ def run_one(path: Path, scratch: Path) -> tuple[float, str]:
     if not folder.exists():
         shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("work", ".ipynb_checkpoints"))
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", kernel_manager_class=ipc_kernel_manager(),
+                            resources={"metadata": {"path": str(folder)}})
     start = time.perf_counter()
     try:
         client.execute()

@@ -114,14 +114,23 @@ def cells_to_run(nb, notebook: str, cell: str) -> list[int]:
 
 # ------------------------------------------------------------------------------ the runner
 
+def course_client(nb, workdir: Path):
+    """An nbclient for ``nb`` in a fresh course kernel (over ipc: hpcnb.course.kernels), in ``workdir``."""
+    from nbclient import NotebookClient
+
+    from hpcnb.course.kernels import ipc_kernel_manager
+
+    return NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
+                          kernel_manager_class=ipc_kernel_manager(),
+                          resources={"metadata": {"path": str(workdir)}})
+
+
 def run(nb, indices: list[int], workdir: Path):
     """Run the cells in order in one fresh course kernel, in ``workdir``; stop at the first error.
     Returns (index of the failing cell, its CellExecutionError), or (None, None)."""
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
-                            resources={"metadata": {"path": str(workdir)}})
+    client = course_client(nb, workdir)
     with client.setup_kernel():
         for index in indices:
             try:
@@ -208,15 +217,13 @@ def test_unanswered_says_so(notebook: str, tmp_path: Path) -> None:
     the setup, each answer cell raises NotImplementedError and its graded test cell then says that
     the exercise is unanswered, not NameError. The cells between (jobs that use the answers) are
     not run: they fail on their own, and the test cell must say it regardless."""
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(EXERCISES[notebook], as_version=4)
     number = notebook.lstrip("0")
     graded = [i for i, c in enumerate(nb.cells) if _is_graded_test(c)]
     stubs = [i for i, c in enumerate(nb.cells) if _is_solution(c)]
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT, allow_errors=False,
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = course_client(nb, tmp_path)
     said: dict[str, str] = {}
     with client.setup_kernel():
         for index in setup_cells(nb):
