@@ -27,9 +27,7 @@ import http.cookiejar
 import json
 import os
 import pwd
-import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +47,9 @@ from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ci" / "portal"))
+from hub import HubProcess  # noqa: E402
+
 PREFIX = Path("/opt/hpcnb-portal-load")  # away from make test-portal's /opt/hpcnb-portal
 COURSE_DIR = "hpcnb-course"
 HUB_UP_S = 120
@@ -67,48 +68,16 @@ class Run:
     errors: list[str] = field(default_factory=list)
 
 
-class Hub:
+class Hub(HubProcess):
     """``ci/portal.sh run`` for the benchmark's users, on 127.0.0.1:port."""
 
     def __init__(self, users: list[str], port: int, state: Path) -> None:
-        self.users, self.port, self.state = users, port, state
-        self.url = f"http://127.0.0.1:{port}"
-        self.password = secrets.token_urlsafe(12)
-        self.log = state.parent / "hub.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(users, port, "local", state, PREFIX)
 
     def start(self) -> None:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-               "PORTAL_USERS": " ".join(self.users), "PORTAL_PASSWORD": self.password,
-               "PORTAL_PORT": str(self.port), "PORTAL_SLURM": "local", "PORTAL_STATE": str(self.state),
-               "PORTAL_PREFIX": str(PREFIX)}
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(["bash", str(ROOT / "ci" / "portal.sh"), "run"], env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + HUB_UP_S
-        while self.proc.poll() is None:
-            try:
-                urllib.request.urlopen(f"{self.url}/hub/api/", timeout=5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-        raise SystemExit(f"the hub did not answer on {self.url} in {HUB_UP_S} s; its log:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
-
-    def stop(self) -> None:
-        """SIGTERM (the hub cancels every server job and stops its proxy); SIGKILL after 90 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        failed = super().start(HUB_UP_S)
+        if failed:
+            raise SystemExit(f"{failed}; its log:\n{self.tail()}")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -33,6 +33,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -48,6 +49,9 @@ if VARIANT not in ("local", "real"):
     pytest.skip("the portal test runs with `make test-portal` (HPCNB_PORTAL_TEST=local|real)", allow_module_level=True)
 
 from test_browser import CHROMIUM, CHROMIUM_ARGS, run_all_cells  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci" / "portal"))
+from hub import HubProcess  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow] + ([pytest.mark.realslurm] if VARIANT == "real" else [])
 
@@ -96,47 +100,18 @@ def cancel_student_jobs() -> None:
         as_student("scancel", "-u", USER)
 
 
-class Portal:
+class Portal(HubProcess):
     """The hub started by ``ci/portal.sh run`` for one student, and what to show when it fails."""
 
     def __init__(self, state: Path) -> None:
-        self.state = state
-        self.log_path = state.parent / "hub.log"
-        self.url = f"http://127.0.0.1:{PORT}"
-        self.password = secrets.token_urlsafe(12)
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__([USER], PORT, VARIANT, state, PREFIX)
         self.page: Any = None        # the browser's page, once there is one (its state goes into diagnosis())
         self.job: str | None = None  # the server's Slurm job, once known
 
     def start(self) -> None:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-               "PORTAL_USERS": USER, "PORTAL_PASSWORD": self.password, "PORTAL_PORT": str(PORT),
-               "PORTAL_SLURM": VARIANT, "PORTAL_STATE": str(self.state), "PORTAL_PREFIX": str(PREFIX)}
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(["bash", str(ROOT / "ci" / "portal.sh"), "run"], env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + HUB_UP_S
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"the hub exited with {self.proc.returncode} before answering\n{self.diagnosis()}")
-            try:
-                urllib.request.urlopen(f"{self.url}/hub/api/", timeout=5).close()
-                return
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the hub did not answer on {self.url} in {HUB_UP_S} s\n{self.diagnosis()}")
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        """SIGTERM: the hub cancels the servers' jobs and stops its proxy; SIGKILL after 90 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        failed = super().start(HUB_UP_S)
+        if failed:
+            pytest.fail(f"{failed}\n{self.diagnosis()}")
 
     def proxy_pid(self) -> int | None:
         try:
