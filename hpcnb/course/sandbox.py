@@ -55,8 +55,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -74,6 +74,7 @@ MAX_MESSAGE_BYTES = 16 << 20  # a kernel message larger than this is dropped by 
 MAX_QUEUED_MESSAGES = 32  # the grader's receive queue per socket (ZeroMQ drops output beyond it)
 KERNEL_OUTPUT_BYTES = 8 << 20  # per stream and cell, kept by the kernel (the grader keeps less)
 INTERRUPT_GRACE = 10.0  # seconds at least for an interrupted kernel to answer
+INTERRUPT_AGAIN = 3.0  # seconds without an answer after which a fork bomb's kernel is interrupted again
 ETC_FILES = (
     "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
     "fonts", "mime.types", "protocols", "services", "host.conf", "gai.conf", "bash.bashrc", "profile",
@@ -443,6 +444,17 @@ def _kernel_manager_class() -> type:
                     kernel.resume()
             return stopped
 
+        def interrupt_again(self) -> None:
+            """SIGINT the kernel once more. A fork bomb's kernel may lose an interrupt: the signal is
+            handled in the first Python code that runs, and when that is an ``os.fork()`` hook (logging
+            registers some), Python reports its KeyboardInterrupt as unraisable and the loop goes on."""
+            import psutil
+
+            kernel = self.kernel_process()
+            if kernel is not None:
+                with contextlib.suppress(psutil.Error):
+                    kernel.send_signal(signal.SIGINT)
+
         @staticmethod
         def _kill_copies(kernel: Any, deadline: float) -> int:
             """SIGKILL every descendant of ``kernel`` that runs its command line; how many (the
@@ -615,25 +627,31 @@ def _execute_class() -> type:
                 cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked copies "
                                           "of the kernel were stopped and the kernel interrupted"))
             if stopped and self.interrupt_on_timeout:
-                # interrupted already (stop_forks): a second interrupt could strike its reply; the
-                # rest is nbclient's
+                # interrupted already (stop_forks): another at once could strike its reply, so one
+                # more only after INTERRUPT_AGAIN s without it (interrupt_again says why); the rest is nbclient's
                 reply = ({"content": {**self.error_on_timeout, "status": "error"}}
                          if self.error_on_timeout else None)
             else:
                 reply = await super()._async_handle_timeout(timeout, cell)
             grace = max(INTERRUPT_GRACE, min(timeout, 60))
-            if not await self._interrupted_kernel_answers(grace):
+            again = self.km.interrupt_again if stopped else None
+            if not await self._interrupted_kernel_answers(grace, again):
                 raise CellTimeoutError.error_from_timeout_and_cell(
                     "Timeout waiting for the kernel to answer after the interrupt", grace, cell)
             return reply
 
-        async def _interrupted_kernel_answers(self, within: float) -> bool:
-            """Did the interrupted cell's execute_reply come (nbclient uses its own error reply)?"""
+        async def _interrupted_kernel_answers(self, within: float, again: Callable[[], None] | None = None) -> bool:
+            """Did the interrupted cell's execute_reply come (nbclient uses its own error reply)?
+            With ``again``, it is called after each INTERRUPT_AGAIN seconds without one."""
             deadline = time.monotonic() + within
             while (left := deadline - time.monotonic()) > 0:
                 try:
-                    msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=left))
+                    msg = await ensure_async(self.kc.shell_channel.get_msg(
+                        timeout=min(left, INTERRUPT_AGAIN) if again else left))
                 except Empty:
+                    if again and deadline - time.monotonic() > 0:
+                        again()
+                        continue
                     return False
                 if msg.get("msg_type") == "execute_reply":
                     return True
