@@ -19,14 +19,12 @@ from hpcnb.jobs import (
     QueueRow,
     SlurmError,
     SubmitError,
-    _expand_ids,
-    _summarize,
-    _tasks_of,
     parse_elapsed,
     parse_size,
     queue,
     submit,
 )
+from hpcnb.job_records import _expand_ids, _summarize, _tasks_of
 from hpcnb.jobscript import JobScript
 from hpcnb.slurm.sizes import format_rounded_size
 from hpcnb.slurm.times import format_cpu_time, parse_printed_seconds

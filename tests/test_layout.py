@@ -14,8 +14,10 @@ import pytest
 import hpcnb
 
 PACKAGE = Path(hpcnb.__file__).parent
-# the job API, the linter, the command line, which Slurm; and one old name kept as a module
-TOP_LEVEL = {"__init__", "backend", "cli", "jobs", "jobscript", "lint", "poller", "widgets", "slurm_options"}
+# the job API (jobs.py and its errors and records), the linter, the command line, which Slurm; and one
+# old name kept as a module
+TOP_LEVEL = {"__init__", "backend", "cli", "jobs", "job_errors", "job_records", "jobscript", "lint", "poller",
+             "widgets", "slurm_options"}
 ROOMS = {"slurm", "localslurm", "sites", "lessons", "course", "scripts"}
 
 

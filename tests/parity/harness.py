@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcnb.jobs import _expand_ids as expand_array_ids
+from hpcnb.job_records import _expand_ids as expand_array_ids
 from hpcnb.slurm.states import FINAL
 
 ROOT = Path(__file__).resolve().parent.parent.parent
