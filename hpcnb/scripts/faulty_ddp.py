@@ -35,13 +35,13 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)   # so does SIGUSR1, and
 import argparse  # noqa: E402  (faulthandler first: a hang while importing is dumped too)
 import datetime  # noqa: E402
 import os  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from hpcnb.lessons.distributed import backend_for, device_id_for, pick_device, slurm_world  # noqa: E402
+from hpcnb.lessons.distributed import (  # noqa: E402
+    backend_for, check_resolves, device_id_for, leave, pick_device, slurm_world)
 from hpcnb.lessons.hangs import NOWHERE, planted  # noqa: E402
 
 p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.faulty_ddp", description=__doc__.split("\n")[0])
@@ -63,7 +63,7 @@ os.environ.update(MASTER_ADDR=NOWHERE if faulty and fault == "addr" else world.m
                   MASTER_PORT=str(world.master_port))
 print(f"rank={rank} host={host} pid={os.getpid()} looks for rank 0 at "
       f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
-
+check_resolves(os.environ["MASTER_ADDR"], world.master_port)   # a name that does not resolve fails at once
 device = pick_device(world.local_rank)   # this rank's GPU, or the CPU
 dist.init_process_group(backend_for(device), rank=rank, world_size=size, device_id=device_id_for(device),
                         timeout=datetime.timedelta(seconds=args.timeout))
@@ -107,6 +107,4 @@ for step in range(last):
 
 dist.barrier()                            # every rank, once its training is done
 print(f"rank={rank} host={host} done", flush=True)
-dist.destroy_process_group()
-sys.stdout.flush()
-os._exit(0)   # as hpcnb.lessons.distributed.leave: no teardown racing the process group's threads
+leave()   # destroy the process group and exit (hpcnb.lessons.distributed.leave says why not a plain return)
