@@ -37,6 +37,7 @@ class Mutant:
 # Exercises that use what an earlier one made: its cells (not its test) run first.
 NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("13", "ex3-solution"): ("ex2-solution",),   # the straggler run's ex2.json
+    ("15", "ex2-solution"): ("ex1-solution",),   # stuck_lines reads the stuck job's dumps
 }
 
 # Cells of an exercise that only show something and take long (a job): not run (their first line).
@@ -424,4 +425,27 @@ MUTANTS: list[Mutant] = [
     Mutant("13", "ex3-solution", "rank-0-only", "takes rank 0 alone for the healthy ranks",
            (("others = [rec for rank, rec in ranks.items() if rank != 1]", "others = [ranks[0]]"),),
            shows="13.3: the healthy ranks' (0 and 2) waiting / (waiting + computing)"),
+    # ------------------------------------------------------- 15 distributed hangs
+    Mutant("15", "ex1-solution", "outermost", "takes the outermost frame of the script (the <module> line), not the innermost",
+           (("if reading[rank] == 0 and Path(frame[1]).name == script:", "if Path(frame[1]).name == script:"),),
+           shows="15.1: rank 1 waits in read_batch, line 75"),
+    Mutant("15", "ex1-solution", "any-file", "takes the innermost frame of any file: torch's line, not the script's",
+           (("if reading[rank] == 0 and Path(frame[1]).name == script:", "if reading[rank] == 0:"),),
+           shows="15.1: the innermost frame of the script (line 85), not torch's line"),
+    Mutant("15", "ex1-solution", "first-dump", "keeps each rank's first dump, not its last",
+           (("            if reading[rank]:\n                found[rank] = reading[rank]",
+             "            if reading[rank]:\n                found.setdefault(rank, reading[rank])"),),
+           shows="15.1: rank 0's last dump says line 108"),
+    Mutant("15", "ex2-solution", "rank-0", "names rank 0, whose output shows the errors",
+           (("stuck_rank = next(rank for rank, line in lines.items() if counts[line] == 1)", "stuck_rank = 0"),),
+           shows="15.2: rank 0 waits at the same line as another rank"),
+    Mutant("15", "ex2-solution", "collective-line", "names the all-reduce's line, where the healthy ranks wait",
+           (("stuck_line = lines[stuck_rank]", "stuck_line = counts.most_common(1)[0][0]"),),
+           shows="is where the healthy ranks wait (the all-reduce)"),
+    Mutant("15", "ex3-solution", "other-rank", "takes the last OpType of the line: the other rank's, after 'but'",
+           (("ops[int(m[1])] = m[2]", "ops[int(m[1])] = re.findall(r\"OpType=(\\w+)\", line)[-1]"),),
+           shows="15.3: rank 2, which skipped the all-reduce, says it runs a BARRIER"),
+    Mutant("15", "ex3-solution", "no-detail", "forgets TORCH_DISTRIBUTED_DEBUG=DETAIL: the ranks time out instead",
+           ((',\n             export="ALL,TORCH_DISTRIBUTED_DEBUG=DETAIL")', ")"),),
+           shows="was TORCH_DISTRIBUTED_DEBUG=DETAIL in its environment?"),
 ]

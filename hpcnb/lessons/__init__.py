@@ -20,7 +20,7 @@ __all__ = ["setup", "work_folder"]
 
 
 def setup(workdir: str | None = None) -> Path | None:
-    """Every lesson's first cell (lessons 1-13 and their exercises): ready this kernel for ``!sbatch``.
+    """Every lesson's first cell (lessons 1-15 and their exercises): ready this kernel for ``!sbatch``.
 
     * the chosen Slurm's commands (``hpcnb which-slurm``) come first on PATH, in any kernel;
     * then this kernel's Python, so that ``python`` (and ``torchrun``, ``horovodrun``) in a job

@@ -1,0 +1,114 @@
+"""Lesson 15 (and its exercises): reading what a hung or dead distributed job leaves behind.
+
+* :func:`stack_dumps` reads the Python stack dumps that ``faulthandler`` prints (on
+  ``scancel --signal=USR1``, or on a crash) out of a job's output, per rank (``srun --label``);
+* :func:`where_stuck` gives, for each rank, the innermost line of a given script in its last
+  dump: where that rank's own code is waiting;
+* :func:`wait_for_silence` waits until a running job's output has stopped growing: it hangs;
+* :func:`planted` says which rank ``hpcnb.scripts.faulty_ddp --fault mystery`` makes hang.
+
+No torch here: the lesson's kernel reads the dumps, the job's ranks write them.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+NOWHERE = "192.0.2.1"   # TEST-NET-1 (RFC 5737): documentation only, no network routes it
+
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+
+def labelled_lines(text: str) -> dict[int, list[str]]:
+    """``srun --label`` output (``1: text``) split per rank; unlabelled lines are left out."""
+    ranks: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            ranks.setdefault(int(m[1]), []).append(m[2])
+    return ranks
+
+
+def stack_dumps(text: str) -> dict[int, list[list[Frame]]]:
+    """Each rank's **last** faulthandler dump in a ``srun --label`` job output: a list of threads,
+    each a list of frames, most recent call first (as faulthandler prints them). Ranks that
+    printed no dump are left out."""
+    found: dict[int, list[list[Frame]]] = {}
+    for rank, lines in labelled_lines(text).items():
+        dump: list[list[Frame]] | None = None
+        has_current = False
+        for line in lines:
+            if m := _THREAD.match(line):
+                if dump is None or (m[1] == "Current thread" and has_current):   # a new dump begins
+                    dump, has_current = [], False
+                    found[rank] = dump
+                has_current |= m[1] == "Current thread"
+                dump.append([])
+            elif dump is not None and (m := _FRAME.match(line)):
+                dump[-1].append(Frame(m[1], int(m[2]), m[3]))
+            elif line.strip() not in ("", "<no Python frame>", "...") and not line.startswith("Fatal Python"):
+                dump = None                                  # the program's own output: the dump has ended
+    return found
+
+
+def where_stuck(text: str, script: str) -> dict[int, Frame]:
+    """For each rank with a dump: the innermost frame of ``script`` (a file name such as
+    ``faulty_ddp.py``) in any of its threads: the line of the rank's own code it is waiting in."""
+    out = {}
+    for rank, threads in stack_dumps(text).items():
+        for frames in threads:
+            mine = [f for f in frames if Path(f.file).name == script]
+            if mine:
+                out[rank] = mine[0]
+                break
+    return out
+
+
+def dumped_ranks(path: str | Path) -> set[int]:
+    """The ranks whose stack dump is in the job output ``path`` (missing file: none yet)."""
+    try:
+        return set(stack_dumps(Path(path).read_text(errors="replace")))
+    except FileNotFoundError:
+        return set()
+
+
+def wait_for_silence(job, quiet: float = 3.0, after: str = "step=", timeout: float = 90.0) -> float:
+    """Wait until ``job`` (a :class:`hpcnb.jobs.Job`) runs, its output holds ``after``, and the output
+    has not grown for ``quiet`` seconds: the job hangs. Returns the seconds waited. Raises
+    RuntimeError if the job ends first, TimeoutError after ``timeout`` seconds."""
+    from hpcnb.jobs import until
+
+    start = time.monotonic()
+    seen = {"size": -1, "since": start}
+
+    def silent() -> bool:
+        if job.done:
+            raise RuntimeError(f"job {job.id} ended ({job.state}) before it hung")
+        path = job.output_path
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if len(text) != seen["size"]:
+            seen.update(size=len(text), since=time.monotonic())
+            return False
+        return after in text and time.monotonic() - seen["since"] >= quiet
+
+    until(silent, timeout=timeout, poll=0.25, what=f"job {job.id}'s output to stop growing for {quiet:g} s",
+          job=job.id)
+    return time.monotonic() - start
+
+
+def planted(job_id: int, world_size: int) -> int:
+    """The rank that ``faulty_ddp --fault mystery`` makes hang in job ``job_id``: never rank 0 (so
+    that "rank 0, where the errors appear" is no answer by luck), else chosen by the job id. Its
+    read of a batch never returns, while the other ranks wait in the all-reduce."""
+    return 1 + job_id % (world_size - 1) if world_size > 1 else 0
