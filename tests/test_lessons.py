@@ -79,3 +79,19 @@ def test_lessons_send_students_to_the_exercises_not_the_solutions() -> None:
     lessons = sorted((ROOT / "notebooks").glob("*.ipynb"))
     spoilers = [nb.name for nb in lessons if "solutions/" in _markdown(nb)]
     assert not spoilers, spoilers
+
+
+SLURM_USE = re.compile(r"\b(sbatch|srun|salloc|squeue|sacct|scancel|submit\()|%%jobscript")
+
+
+def test_every_notebook_that_runs_slurm_starts_with_setup() -> None:
+    """Lessons, exercises and solutions: no PATH put together by hand (plumbing); a notebook that runs
+    Slurm's commands calls hpcnb.setup() in its first code cell."""
+    notebooks = [p for folder in ("notebooks", "exercises", "solutions") for p in sorted((ROOT / folder).glob("*.ipynb"))]
+    assert len(notebooks) >= 3 * 14
+    for notebook in notebooks:
+        code = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+        name = notebook.relative_to(ROOT)
+        assert not any('os.environ["PATH"]' in c or "slurm_env()" in c for c in code), f"{name} sets PATH itself"
+        if SLURM_USE.search("\n".join(code)):
+            assert "hpcnb.setup(" in code[0], f"{name}: its first code cell does not call hpcnb.setup()"
