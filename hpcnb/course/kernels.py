@@ -8,6 +8,7 @@ taken. The graded kernels use ipc too, inside their sandbox (hpcnb.course.sandbo
 """
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,6 +30,7 @@ class IpcSockets:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
+@functools.cache
 def ipc_kernel_manager(asynchronous: bool = True) -> type:
     """jupyter_client's (Async)KernelManager over ipc: nbclient's ``kernel_manager_class``, or nbval's."""
     from jupyter_client.manager import AsyncKernelManager, KernelManager
