@@ -83,11 +83,14 @@ def test_processes_are_counted_per_sandbox_and_end_with_it() -> None:
     """One sandbox's fork bomb takes its own process slots only; a setsid double fork dies with it."""
     hog = """
         import os, time
+        done_r, done_w = os.pipe()  # close-on-exec: empty once the sleep has replaced its copy
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
                 os.execvp("sleep", ["sleep", "98761"])
             os._exit(0)
+        os.close(done_w)
+        os.read(done_r, 1)  # the double fork is done before the bomb takes every slot
         n = 0
         try:
             while True:
