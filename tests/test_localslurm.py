@@ -179,8 +179,10 @@ def test_dependencies(workdir: Path) -> None:
         assert squeue_field(ok, "%r") == "Dependency"  # from submission on, as slurmctld sets it
         (workdir / "go").touch()
         assert wait_state(ok, ("COMPLETED",)) == "COMPLETED"
-        time.sleep(0.3)
-        assert squeue_field(notok, "%T %r") == "PENDING DependencyNeverSatisfied"
+        deadline, seen = time.time() + 20, ""
+        while (seen := squeue_field(notok, "%T %r")) != "PENDING DependencyNeverSatisfied" and time.time() < deadline:
+            time.sleep(0.05)  # the controller sets the reason on its next pass
+        assert seen == "PENDING DependencyNeverSatisfied"
     finally:  # nothing left running or pending for the tests after this one
         (workdir / "go").touch()
         run(["scancel", str(notok)])
