@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from . import harness
 from .harness import REAL_VERSION, Norm, Side, compare, intentional, on_both, settled_text
 
 
@@ -216,13 +217,10 @@ def test_scancel_running_with_steps(sides) -> None:
     for marker in ("*** STEP ", "srun: forcing job termination"):
         if not any(marker in line for line in got["real"]["output"]):
             got["local"]["output"] = [line for line in got["local"]["output"] if marker not in line]
-    # The batch shell is ended by scancel's SIGTERM (batch CANCELLED 0:15, the job's ExitCode 0:15), or,
-    # when its srun dies of the signal first, it exits 143 itself (batch FAILED 15:0, ExitCode 143:0):
-    # a race on a real Slurm (seen once, 24.11 beside the 22.05 parity lane, CI of stop 30). The local
-    # Slurm always gives the first; the second is compared as the first.
+    # The batch shell's race with its srun (harness.BATCH_RACED): batch FAILED 15:0, job ExitCode 143:0.
     raced = "<J0>.batch|FAILED|15:0"
     if raced in got["real"]["sacct"] and got["real"]["scontrol"].get("ExitCode") == "143:0":
-        got["real"]["sacct"] = ["<J0>.batch|CANCELLED|0:15" if row == raced else row for row in got["real"]["sacct"]]
+        got["real"]["sacct"] = [harness.batch_race_as_cancelled(row) for row in got["real"]["sacct"]]
         got["real"]["scontrol"]["ExitCode"] = "0:15"
     check("scancel-running-with-steps", got)
 

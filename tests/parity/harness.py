@@ -292,6 +292,18 @@ def without_waiting(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if not WAITING.search(line))
 
 
+# A job cancelled while an srun step runs: scancel's SIGTERM ends its batch shell (batch step CANCELLED
+# 0:15), or, when the shell's srun dies of the signal first, the shell exits 143 itself (FAILED 15:0).
+# Which comes first is a race on a real Slurm (seen on 24.11 and on 22.05 under load); the local Slurm
+# always gives the first, and the second is compared as the first.
+BATCH_RACED = re.compile(r"^([^|\n]*\.batch\|)FAILED\|(15:0\b|(?![0-9]+:[0-9]+))", re.M)
+
+
+def batch_race_as_cancelled(text: str) -> str:
+    """sacct rows (``JobID|State[|ExitCode]...``) with a batch step that lost that race read as CANCELLED."""
+    return BATCH_RACED.sub(lambda m: f"{m.group(1)}CANCELLED|{'0:15' if m.group(2) else ''}", text)
+
+
 def parse_keyvals(text: str) -> dict[str, str]:
     """``scontrol show`` output -> {key: value} (tokens split on spaces; ``Key=`` gives '')."""
     out: dict[str, str] = {}
