@@ -134,8 +134,10 @@ torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))   # no mo
 if int(os.environ.get("SLURM_NTASKS", os.environ.get("SLURM_STEP_NUM_TASKS", "1"))) > 1:
     world = init_process_group()   # NCCL on GPUs, gloo on CPUs (hpcnb.lessons.distributed)
     rank, size, device = world.rank, world.world_size, pick_device(world.local_rank)
-else:
+elif args.load:
     rank, size, device = 0, 1, pick_device(0)   # one process: no process group (DCP loads without one)
+else:
+    p.error("training needs 2 or more tasks (srun --ntasks=2 ...); one process may only --load")
 (load if args.load else train)(rank, size, device)
 if dist.is_initialized():
     leave()
