@@ -37,6 +37,8 @@ class Mutant:
 # Exercises that use what an earlier one made: its cells (not its test) run first.
 NEEDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("13", "ex3-solution"): ("ex2-solution",),   # the straggler run's ex2.json
+    ("14", "ex2-solution"): ("ex1-solution",),   # the records of the three strategies
+    ("14", "ex3-solution"): ("ex1-solution",),   # the checkpoint the fsdp step saved
     ("15", "ex2-solution"): ("ex1-solution",),   # stuck_lines reads the stuck job's dumps
 }
 
@@ -425,6 +427,26 @@ MUTANTS: list[Mutant] = [
     Mutant("13", "ex3-solution", "rank-0-only", "takes rank 0 alone for the healthy ranks",
            (("others = [rec for rank, rec in ranks.items() if rank != 1]", "others = [ranks[0]]"),),
            shows="13.3: the healthy ranks' (0 and 2) waiting / (waiting + computing)"),
+    # ------------------------------------------------------- 14 sharding
+    Mutant("14", "ex1-solution", "no-optim", "counts parameters and gradients, not the optimizer state",
+           (('r["grad_bytes"] + r["optim_bytes"]', 'r["grad_bytes"]'),),
+           shows="14.1: count the optimizer state too"),
+    Mutant("14", "ex1-solution", "mean-rank", "takes the average rank, not the one that holds the most",
+           (("return max((", "return statistics.mean(("),),
+           shows="14.1: the rank that holds the most must fit"),
+    Mutant("14", "ex2-solution", "any-rank", "calls a part split if any one rank holds less than DDP",
+           (("if all(r[", "if any(r["),),
+           shows="14.2: rank 0 holds all the optimizer state"),
+    Mutant("14", "ex2-solution", "summed", "compares the bytes summed over the ranks with DDP's rank 0",
+           (('if all(r[f"{part}_bytes"] <= 0.75 * full[f"{part}_bytes"] for r in ranks.values())',
+             'if sum(r[f"{part}_bytes"] for r in ranks.values()) <= 0.75 * full[f"{part}_bytes"]'),),
+           shows="14.2: ZeRO-1 splits the optimizer state only"),
+    Mutant("14", "ex3-solution", "two-ranks", "loads on 2 ranks, as the checkpoint was saved: no resharding",
+           (("nodes=2, ntasks=3,", "nodes=2, ntasks=2,"), ('["load-3"]', '["load-2"]')),
+           shows="14.3: load the checkpoint in 3 ranks"),
+    Mutant("14", "ex3-solution", "other-width", "loads with the script's default width, not the saved model's",
+           ((" --load ckpt --width 256 --depth 4", " --load ckpt"), ('["load-3"]', '.get("load-3", {})')),
+           shows="the same --width and --depth as the saved model?"),
     # ------------------------------------------------------- 15 distributed hangs
     Mutant("15", "ex1-solution", "outermost", "takes the outermost frame of the script (the <module> line), not the innermost",
            (("if reading[rank] == 0 and Path(frame[1]).name == script:", "if Path(frame[1]).name == script:"),),
