@@ -63,17 +63,22 @@ def full_norm(model: torch.nn.Module) -> float:
     return sq.sqrt().item()
 
 
+def shard(model: torch.nn.Sequential) -> torch.nn.Sequential:
+    """FSDP2: each Linear layer, then the root, sharded over the ranks (in place)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)   # each layer's parameters sharded; gathered only while in use
+    fully_shard(model)
+    return model
+
+
 def wrap(model: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The model and its Adam optimizer, wrapped for ``--strategy``."""
     model = model.to(device)
     if args.strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer)   # each layer's parameters sharded; gathered only while in use
-        fully_shard(model)
-        return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+        return shard(model), torch.optim.Adam(model.parameters(), lr=1e-3)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     if args.strategy == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -114,19 +119,14 @@ def load(rank: int, size: int, device: torch.device) -> None:
     """Load the checkpoint into this run's ranks, sharded as this run shards (or whole in one process)."""
     model = build(args.width, args.depth).to(device)
     if dist.is_initialized():
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer)
-        fully_shard(model)
+        shard(model)
     state = {"model": get_model_state_dict(model)}
     dcp.load(state, checkpoint_id=args.load)   # each rank reads the pieces of its own shards
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
     set_model_state_dict(model, state["model"])
-    shard = tensor_bytes([local(q.detach()) for q in model.parameters()])
-    print("SHARDING " + json.dumps(dict(rank=rank, world=size, strategy=f"load-{size}", param_bytes=shard,
+    held = tensor_bytes([local(q.detach()) for q in model.parameters()])
+    print("SHARDING " + json.dumps(dict(rank=rank, world=size, strategy=f"load-{size}", param_bytes=held,
                                         norm=full_norm(model))), flush=True)
 
 
