@@ -97,6 +97,12 @@ def test_shared_tops_keep_only_what_the_job_was_given() -> None:
     assert "/tmp" not in tops and all(top.count("/") == 2 for top in tops)
 
 
+def test_shared_tops_keep_the_local_slurms_own_python(monkeypatch) -> None:
+    """A clone in /tmp (the CI's fresh clone): a job that exports nothing still runs its commands' Python."""
+    monkeypatch.setattr(sys, "prefix", "/tmp/clone-z/.venv")
+    assert "/tmp/clone-z" in apart.shared_tops("/home/me", {})
+
+
 def test_a_task_of_an_ordinary_user_trusts_the_folders_it_cannot_name() -> None:
     """In a task's user namespace only its user is mapped: root's /tmp and /home show as the overflow
     uid, and srun inside a job refused its own state folder for it (lesson 6 as a student)."""

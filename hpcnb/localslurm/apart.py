@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import string
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,9 +84,11 @@ def enter(view: NodeView) -> None:
 def shared_tops(workdir: str, env: dict[str, str], storage: Iterable[str] = ()) -> tuple[str, ...]:
     """The top-level ``/tmp`` folders that hold ``workdir``, a path named in ``env`` (a job's
     submission environment: ``HOME``, ``PATH``...), the site's shared ``storage`` or the local
-    Slurm's own state. Never ``/tmp`` itself."""
+    Slurm itself: its state and its Python (the commands' interpreter and hpcnb, e.g. a clone in
+    ``/tmp``, which a job that exports nothing still runs). Never ``/tmp`` itself."""
     found = set()
-    for value in [workdir, *env.values(), *storage, str(paths.state_dir()), str(paths.node_tmp_root())]:
+    own = [str(paths.state_dir()), str(paths.node_tmp_root()), sys.prefix, str(Path(__file__).resolve().parents[2])]
+    for value in [workdir, *env.values(), *storage, *own]:
         for part in value.split(":"):
             top = _tmp_top(part)
             if top:
