@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from . import db, paths, procs, transitions, wake
+from . import db, network, paths, procs, transitions, wake
 
 
 def stop(wait_s: float = 3.0) -> None:
@@ -70,6 +70,7 @@ def reset(profile: str | None, slurm_version: str | None = None) -> None:
     except (db.StateError, sqlite3.Error):
         pass  # damaged: forget it anyway
     stop()
+    network.stop()
     _kill(_holders())  # supervisors and interactive owners: their jobs are being forgotten
     for job_id in active:
         procs.send(procs.job_processes(job_id, str(paths.state_dir())), signal.SIGKILL)

@@ -9,7 +9,8 @@ systems stays shared: the top-level ``/tmp`` folders that hold the job's working
 path in its submission environment (home, venv, the local Slurm's own state), so a course run
 from a temporary folder keeps working.
 
-The network is still shared (``localhost`` is the same on every node). Where namespaces are not
+The network is shared (``localhost`` is the same on every node) unless ``HPCNB_NODE_NETWORK=own``
+gives each node its own (:mod:`.network`). Where namespaces are not
 allowed (no unprivileged user namespaces), or ``HPCNB_NODES=shared``, the nodes share everything,
 as before; :func:`mode` says which is in force (``hpcnb slurm status``).
 """
@@ -23,25 +24,27 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import paths
+from . import network, paths
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWUSER = 0x00020000, 0x04000000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x04000000, 0x10000000, 0x40000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
 TMP = "/tmp"
 SETTING = "HPCNB_NODES"
 
 
 class NodeView:
-    """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, and ``keep`` (top-level
-    ``/tmp`` folders standing for shared file systems) where they were."""
+    """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, ``keep`` (top-level
+    ``/tmp`` folders standing for shared file systems) where they were, and ``net``: the node's own
+    network (or why it is missing), or None for the machine's."""
 
-    __slots__ = ("node", "tmp", "keep")
+    __slots__ = ("node", "tmp", "keep", "net")
 
-    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = ()) -> None:
-        self.node, self.tmp, self.keep = node, tmp, keep
+    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (),
+                 net: network.NodeNet | str | None = None) -> None:
+        self.node, self.tmp, self.keep, self.net = node, tmp, keep, net
 
 
 @functools.cache
@@ -64,11 +67,21 @@ def enter(view: NodeView) -> None:
     """In a forked child, before exec: become ``view.node``, with its private ``/tmp``."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
-    if uid:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-            with open(f"/proc/self/{name}", "w") as fh:
-                fh.write(text)
+    if isinstance(view.net, str):
+        raise OSError(0, view.net)
+    if view.net is not None:  # the fabric's user namespace (not when already in it), then the node's network
+        if view.net.user and os.readlink("/proc/self/ns/user") != os.readlink(view.net.user):
+            _join(libc, view.net.user, CLONE_NEWUSER)
+        _join(libc, view.net.net, CLONE_NEWNET)
+        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
+        if view.net.user:
+            network.keep_capabilities(libc)
+    else:
+        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
+        if uid:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
     _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
     name = view.node.encode()
     _check(libc.sethostname(name, len(name)), "sethostname")
@@ -78,6 +91,17 @@ def enter(view: NodeView) -> None:
         os.makedirs(path, mode=0o700, exist_ok=True)  # a mount point in the node's /tmp: private whatever the umask
         _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
                f"mount {path}")
+    if view.net is not None:  # the node names at the nodes' own addresses
+        for hosts in ("/etc/hosts", view.net.nss_hosts):
+            if os.path.isfile(hosts):
+                _check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
+
+
+def _join(libc: Any, path: str, kind: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _check(libc.setns(fd, kind), f"setns {path}")
+    finally:
         os.close(fd)
 
 
@@ -160,5 +184,11 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     req = job["req"]
     env = req.get("env") or {}
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
-    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage))
+    net: network.NodeNet | str | None = None
+    if network.wanted():
+        try:
+            net = network.node_net(node)
+        except OSError as err:
+            net = str(err)
+    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage), net)
 

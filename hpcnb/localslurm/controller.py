@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import time
 
-from . import db, paths, procs, transitions
+from . import db, network, paths, procs, transitions
 from .wake import log, socket_address
 from .cluster import state_cluster
 
@@ -186,11 +186,17 @@ class Controller:
 
     def _launch_all(self, started: list[dict]) -> None:
         batch = [job["id"] for job in started if job["kind"] == "batch"]
-        if not batch:
+        own_network = bool(started) and network.wanted()
+        if not batch and not own_network:
             return
         # No SQLite connection may cross a fork: close ours, fork the supervisors, reopen.
         self.conn.close()
         try:
+            if own_network:  # the nodes' network, before any task joins it (held outside every job)
+                try:
+                    network.ensure(list(self.cluster.nodes))
+                except OSError as err:
+                    log(f"controller: the nodes' network did not start: {err}")
             for job_id in batch:
                 try:
                     self._launch(job_id)

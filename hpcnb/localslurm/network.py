@@ -1,0 +1,302 @@
+"""Each virtual node's own network: its own ``localhost`` and ports, the other nodes reached by name.
+
+On a real cluster ``localhost`` on node2 is node2, and a server on node1 is reached from node2 by
+node1's name. Here (with ``HPCNB_NODE_NETWORK=own``) a *fabric* gives every virtual node a network
+namespace of its own, joined to the others by a bridge, without root:
+
+- a holder process enters a user namespace (same uid) and a network namespace, the fabric, with
+  a bridge in it; for each node a child process holds that node's network namespace, linked to the
+  bridge by a veth pair: ``node<i>`` has ``10.77.x.y`` and ``fd77::<i>`` and its own loopback;
+- a task started on a node (:func:`hpcnb.localslurm.apart.enter`) joins the fabric's user namespace
+  (keeping the capabilities that namespace gives, so that its own ``srun`` can start tasks on other
+  nodes) and the node's network namespace;
+  the fabric's hosts file is mounted over ``/etc/hosts`` (and the local Slurm's nss_wrapper file),
+  so every node name resolves to that node's address.
+
+The holder leaves when its state folder, or its record there, is gone (``hpcnb slurm reset``).
+Not yet: the login node (the notebook's kernel) does not reach servers on the nodes, so this mode
+is off by default.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import paths
+
+SETTING = "HPCNB_NODE_NETWORK"
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 47, 2
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
+RECORD, LOCK, HOSTS = "fabric.json", "fabric.lock", "fabric-hosts"
+START_TIMEOUT_S = 20.0
+POLL_S = 2.0
+
+
+@dataclass(frozen=True)
+class NodeNet:
+    """What a task needs to join its node's network: the namespaces' paths, and whether the fabric
+    has a user namespace of its own (not when root built it)."""
+
+    user: str | None
+    net: str
+    hosts: str
+    nss_hosts: str
+
+
+def wanted() -> bool:
+    """Whether the nodes get networks of their own (``HPCNB_NODE_NETWORK=own``)."""
+    return os.environ.get(SETTING) == "own"
+
+
+def address(index: int) -> tuple[str, str]:
+    """The IPv4 and IPv6 addresses of the node at ``index`` (0-based) in the cluster's node list."""
+    return f"10.77.{index // 250}.{index % 250 + 1}", f"fd77::{index + 1:x}"
+
+
+def hosts_text(nodes: list[str]) -> str:
+    """The hosts file every node sees: each node's name at its own address, and ``localhost``."""
+    lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+    for index, node in enumerate(nodes):
+        v4, v6 = address(index)
+        lines += [f"{v4} {node}", f"{v6} {node}"]
+    return "\n".join(lines) + "\n"
+
+
+def node_net(node: str) -> NodeNet:
+    """The namespaces of ``node`` in the running fabric (started by the controller: :func:`ensure`)."""
+    record = _running(paths.state_dir() / RECORD)
+    if not record or node not in record["nodes"]:
+        raise OSError(f"the nodes' network is not running ({SETTING}=own)")
+    pid = record["nodes"][node]
+    user = f"/proc/{record['holder']}/ns/user" if record["own_user"] else None
+    state = paths.state_dir()
+    return NodeNet(user, f"/proc/{pid}/ns/net", str(state / HOSTS), str(state / "hosts"))
+
+
+def ensure(nodes: list[str]) -> dict:
+    """The fabric's record, after starting the fabric when none runs for these nodes. Called by the
+    controller, never by a supervisor: the holder must not be reparented to a job's subreaper."""
+    state = paths.state_dir()
+    with open(os.open(state / LOCK, os.O_RDWR | os.O_CREAT, 0o600)) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _running(state / RECORD)
+        if record and record["names"] == nodes:
+            return record
+        if record:
+            stop()
+        return _start(state, nodes)
+
+
+def stop() -> None:
+    """End the fabric of this state folder (its holder leaves when its record is gone)."""
+    record = _running(paths.state_dir() / RECORD)
+    (paths.state_dir() / RECORD).unlink(missing_ok=True)
+    if record:
+        try:
+            os.kill(record["holder"], 15)
+        except ProcessLookupError:
+            pass
+
+
+def _running(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text())
+        alive = _start_time(record["holder"]) == record["holder_start"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record if alive else None
+
+
+def _start_time(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[19]
+
+
+def _start(state: Path, nodes: list[str]) -> dict:
+    hosts = state / HOSTS
+    tmp = hosts.with_name(f".{HOSTS}.{os.getpid()}")
+    tmp.write_text(hosts_text(nodes))
+    tmp.chmod(0o644)
+    tmp.replace(hosts)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.closerange(3, write)
+            os.closerange(write + 1, 65536)
+            os.setsid()
+            os.chdir("/")
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            if os.fork():
+                os._exit(0)
+            os.set_inheritable(write, True)  # a Python of its own: not a copy of the controller in `ps`
+            os.execv(sys.executable, [sys.executable, "-m", __name__, str(write), str(state), *nodes])
+        finally:
+            os._exit(1)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as fh:
+        answer = fh.read().decode(errors="replace")
+    try:
+        record = json.loads(answer)
+    except ValueError:
+        raise OSError(f"the nodes' network did not start: {answer.strip() or 'no answer'}") from None
+    if "error" in record:
+        raise OSError(f"the nodes' network did not start: {record['error']}")
+    return record
+
+
+def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
+    """The holder: build the fabric, answer with its record, then stay while the record names it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    path = state / RECORD
+    me = os.getpid()
+    try:
+        uid, gid = os.getuid(), os.getgid()
+        own_user = uid != 0
+        _unshare(libc, (CLONE_NEWUSER if own_user else 0) | CLONE_NEWNET)
+        if own_user:
+            _map_self(uid, gid)
+            keep_capabilities(libc)
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # a new user namespace cleared it: our own processes
+        # may open our namespaces again (the nodes' holders inherit it)
+        node_pids = _build(libc, nodes)
+        record = {"holder": me, "holder_start": _start_time(me), "own_user": own_user, "names": nodes,
+                  "nodes": dict(zip(nodes, node_pids))}
+        tmp = path.with_name(f".{RECORD}.{me}")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+        os.write(answer_fd, json.dumps(record).encode())
+    except BaseException as err:  # noqa: BLE001 - told to the starter
+        os.write(answer_fd, json.dumps({"error": str(err)}).encode())
+        os._exit(1)
+    os.close(answer_fd)
+    for fd in (0, 1, 2):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    while _names_me(path, me):
+        time.sleep(POLL_S)
+    os._exit(0)
+
+
+def _names_me(path: Path, pid: int) -> bool:
+    try:
+        return json.loads(path.read_text())["holder"] == pid
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _unshare(libc, flags: int) -> None:
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+
+
+def _map_self(uid: int, gid: int) -> None:
+    """In a new user namespace: the same uid and gid as outside (a task there is not root)."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def keep_capabilities(libc, caps: tuple[int, ...] = KEPT_CAPS) -> None:
+    """Hold ``caps`` only (in the fabric's user namespace), and keep them across execve: ``ip`` needs
+    them, and a task's ``srun`` needs them to place its tasks in another node's namespaces. They reach
+    nothing outside the fabric. Every process of the fabric holds the same ones, so that each may look
+    at the others (``/proc/PID/ns``, ``py-spy``) as the same user does outside."""
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    for cap in caps:
+        word = data[cap // 32]
+        bit = 1 << (cap % 32)
+        word.effective, word.permitted, word.inheritable = word.effective | bit, word.permitted | bit, \
+            word.inheritable | bit
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    for cap in caps:
+        if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAP_AMBIENT_RAISE, {cap})")
+
+
+def _tool(name: str) -> str:
+    """``ip`` or ``nsenter``, also where PATH lacks the system folders (a student's own PATH)."""
+    found = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin")
+    if not found:
+        raise OSError(f"{name} is not installed (Debian: iproute2, util-linux)")
+    return found
+
+
+def _ip(*args: str) -> None:
+    found = subprocess.run([_tool("ip"), *args], capture_output=True, text=True, timeout=10)
+    if found.returncode:
+        raise OSError(f"ip {' '.join(args)}: {found.stderr.strip()}")
+
+
+def _build(libc, nodes: list[str]) -> list[int]:
+    """The bridge, and for each node a child holding its network namespace, linked and addressed."""
+    _ip("link", "set", "lo", "up")
+    _ip("link", "add", "fabric", "type", "bridge")
+    _ip("link", "set", "fabric", "up")
+    pids = []
+    for index, node in enumerate(nodes):
+        pid = _node_holder(libc)
+        pids.append(pid)
+        outside, v4_v6 = f"n{index}", address(index)
+        _ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", str(pid))
+        _ip("link", "set", outside, "master", "fabric")
+        _ip("link", "set", outside, "up")
+        ns = f"--net=/proc/{pid}/ns/net"
+        for args in (("addr", "add", f"{v4_v6[0]}/16", "dev", "eth0"),
+                     ("-6", "addr", "add", f"{v4_v6[1]}/64", "dev", "eth0", "nodad"),
+                     ("link", "set", "eth0", "up"), ("link", "set", "lo", "up")):
+            found = subprocess.run([_tool("nsenter"), ns, _tool("ip"), *args], capture_output=True, text=True,
+                                   timeout=10)
+            if found.returncode:
+                raise OSError(f"{node}: ip {' '.join(args)}: {found.stderr.strip()}")
+    return pids
+
+
+def _node_holder(libc) -> int:
+    """A child in a network namespace of its own that lives as long as the holder."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            libc.prctl(PR_SET_PDEATHSIG, 9)
+            _unshare(libc, CLONE_NEWNET)
+            os.write(write, b"ok")
+        except BaseException as err:  # noqa: BLE001 - told to the holder
+            os.write(write, str(err).encode()[:200])
+            os._exit(1)
+        os.closerange(3, 65536)
+        while True:
+            time.sleep(3600)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        said = fh.read(200)
+    if said != b"ok":
+        raise OSError(f"a node's network namespace: {said.decode(errors='replace')}")
+    return pid
+
+
+if __name__ == "__main__":  # the holder, started by _start: ANSWER_FD STATE NODE...
+    _hold(Path(sys.argv[2]), sys.argv[3:], int(sys.argv[1]))

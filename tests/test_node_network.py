@@ -1,0 +1,204 @@
+"""Each virtual node's own network (hpcnb/localslurm/network.py, ``HPCNB_NODE_NETWORK=own``):
+``localhost`` on node2 is node2, a server on node1 is reached from node2 by node1's name, the same
+port is free on every node, and a job's own ``srun`` places tasks on the other nodes. Run by jobs on
+a local Slurm of its own (the controller reads the setting), and once as an ordinary user, whose
+fabric lives in a user namespace."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run
+
+from hpcnb.localslurm import apart, network
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _can_build_a_fabric() -> str:
+    """Why this machine cannot give nodes networks of their own ('' when it can)."""
+    if not shutil.which("ip", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+        return "no ip (iproute2)"
+    if not shutil.which("nsenter", path=os.environ.get("PATH", "") + ":/usr/bin"):
+        return "no nsenter (util-linux)"
+    probe = subprocess.run(["unshare", "--user", "--map-current-user", "--net", "true"] if os.getuid()
+                           else ["unshare", "--net", "true"], capture_output=True, text=True, timeout=30)
+    return "" if probe.returncode == 0 else f"no network namespaces: {probe.stderr.strip()}"
+
+
+@pytest.fixture(scope="module")
+def own_network(tmp_path_factory: pytest.TempPathFactory, local_slurm: Path):
+    """A local Slurm of its own whose nodes have networks of their own: the environment for its commands."""
+    if why := _can_build_a_fabric():
+        pytest.skip(why)
+    if apart.mode() != "apart":
+        pytest.skip(f"nodes not apart here: {apart.mode()}")
+    state = tmp_path_factory.mktemp("net-state")
+    env = {**os.environ, "HPCNB_STATE_DIR": str(state), network.SETTING: "own",
+           "HPCNB_FIRST_JOB_ID": str(int(os.environ.get("HPCNB_FIRST_JOB_ID", "1")) + 9000)}
+    made = run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset", "--slurm-version", "22.05"], env=env)
+    assert made.returncode == 0, made.stderr
+    yield env
+    run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
+    record = state / network.RECORD
+    assert not record.exists(), "reset left the nodes' network running"
+
+
+def sbatch(workdir: Path, env: dict[str, str], script: str, *options: str) -> str:
+    (workdir / "job.sh").write_text("#!/bin/bash\n" + script)
+    done = run(["sbatch", "--wait", "-o", "out.txt", *options, "job.sh"], cwd=workdir, env=env)
+    out = (workdir / "out.txt").read_text() if (workdir / "out.txt").exists() else ""
+    assert done.returncode == 0, done.stderr + out
+    return out
+
+
+SERVER = ("import socket, sys, time\n"
+          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+          "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen()\n"
+          "open(sys.argv[2], 'w').close()\n"
+          "c, _ = s.accept(); c.sendall(b'hello from ' + socket.gethostname().encode()); c.close()\n")
+CLIENT = ("import socket, sys\n"
+          "port = int(sys.argv[1])\n"
+          "try:\n"
+          "    socket.create_connection(('localhost', port), timeout=5); print('localhost: reached')\n"
+          "except OSError as err: print('localhost:', err.strerror)\n"
+          "print('node1:', socket.create_connection(('node1', port), timeout=10).recv(100).decode())\n"
+          "s = socket.socket(); s.bind(('0.0.0.0', port)); print('bound', port, 'on', socket.gethostname())\n")
+
+
+def test_localhost_is_each_nodes_own_and_node1_is_reached_by_name(own_network, workdir: Path) -> None:
+    """Exercise 8.3's mistake (a rendezvous at ``localhost`` on two nodes) fails here as on a cluster."""
+    (workdir / "server.py").write_text(SERVER)
+    (workdir / "client.py").write_text(CLIENT)
+    out = sbatch(workdir, own_network, textwrap.dedent("""\
+        port=$(( 20000 + SLURM_JOB_ID % 10000 ))
+        srun -N1 -n1 -w node1 python3 server.py $port ready-$SLURM_JOB_ID &
+        for i in $(seq 200); do [ -e ready-$SLURM_JOB_ID ] && break; sleep 0.1; done
+        srun -N1 -n1 -w node2 python3 client.py $port
+        wait
+        """), "-N2", "-n2")
+    assert "localhost: Connection refused" in out, out
+    assert "node1: hello from node1" in out, out
+    assert "bound" in out and "on node2" in out, out  # the port node1 uses is free on node2
+
+
+def test_each_node_has_its_own_address_and_every_name_resolves(own_network, workdir: Path) -> None:
+    out = sbatch(workdir, own_network,
+                 "srun -N2 -n2 -l python3 -c 'import socket; n = socket.gethostname(); "
+                 "print(n, socket.gethostbyname(n), socket.gethostbyname(\"node1\"), "
+                 "socket.gethostbyname(\"localhost\"))'\n", "-N2", "-n2")
+    lines = sorted(line for line in out.splitlines() if line[:1].isdigit())
+    assert lines == ["0: node1 10.77.0.1 10.77.0.1 127.0.0.1", "1: node2 10.77.0.2 10.77.0.1 127.0.0.1"], out
+
+
+def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Path) -> None:
+    """torch's gloo over the nodes' own addresses, as lesson 8 runs it."""
+    out = sbatch(workdir, own_network,
+                 f"srun --kill-on-bad-exit=1 {sys.executable} -m hpcnb.scripts.ddp_train --epochs 1 --out net\n",
+                 "-N2", "--ntasks-per-node=1", "-t", "5")
+    assert "rank 1/2 (local rank 0) on node2, rank 0 at node1:" in out, out
+
+
+def test_shared_network_unless_asked(local_slurm: Path, workdir: Path) -> None:
+    """Without the setting the nodes share this machine's network, as before."""
+    if apart.mode() != "apart":
+        pytest.skip(f"nodes not apart here: {apart.mode()}")
+    (workdir / "job.sh").write_text("#!/bin/bash\nsrun -N2 -n2 -l python3 -c "
+                                    "'import socket; print(socket.gethostbyname(\"node1\"))'\n")
+    env = {k: v for k, v in os.environ.items() if k != network.SETTING}
+    done = run(["sbatch", "--wait", "-o", "out.txt", "-N2", "-n2", "job.sh"], cwd=workdir, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "10.77." not in (workdir / "out.txt").read_text()
+
+
+UNPRIVILEGED = '''
+import os, socket, subprocess, sys, time
+from hpcnb.localslurm import apart, network
+
+def start(node, argv):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            apart.enter(apart.NodeView(node, os.environ["NODE_TMP"], (os.environ["KEEP"],), network.node_net(node)))
+            os.execv(sys.executable, [sys.executable, *argv])
+        except BaseException as err:
+            os.write(2, f"{node}: {err}\\n".encode())
+        os._exit(1)
+    return pid
+
+network.ensure(["node1", "node2"])
+try:
+    server = start("node1", ["-c", SERVER, "5555", os.environ["READY"]])
+    give_up = time.monotonic() + 20
+    while not os.path.exists(os.environ["READY"]) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    # on node2, a program that (as srun inside a job) starts a task on node1 itself
+    client = start("node2", ["-c", CLIENT + NESTED, "5555"])
+    for pid in (server, client):
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+finally:
+    network.stop()
+'''
+NESTED = '''
+import os, sys
+from hpcnb.localslurm import apart, network
+print("uid", os.getuid())
+pid = os.fork()
+if pid == 0:
+    apart.enter(apart.NodeView("node1", os.environ["NODE_TMP"], (os.environ["KEEP"],), network.node_net("node1")))
+    os.execvp("hostname", ["hostname"])
+os.waitpid(pid, 0)
+'''
+
+
+def test_an_ordinary_users_fabric_lives_in_a_user_namespace(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Without root: the fabric in a user namespace of its own; a task keeps its uid; a task's own
+    child is placed on another node (as a job's srun does)."""
+    if os.getuid() != 0 and (why := _can_build_a_fabric()):
+        pytest.skip(why)
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"no {SYSTEM_PYTHON}")
+    uid = os.getuid() or 54321
+    top = Path(tempfile.mkdtemp(prefix="fabric-user-", dir="/tmp"))
+    try:
+        package = top / "lib" / "hpcnb"
+        shutil.copytree(ROOT / "hpcnb", package, ignore=shutil.ignore_patterns("__pycache__", "*.ipynb"))
+        for folder in ("state", "node-tmp"):
+            (top / folder).mkdir()
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(top)], check=True)
+        os.chmod(top, 0o755)
+        env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "PYTHONPATH": str(top / "lib"),
+               "HPCNB_STATE_DIR": str(top / "state"), "NODE_TMP": str(top / "node-tmp"),
+               "READY": str(top / "state" / "ready"), "KEEP": str(top)}
+        code = f"SERVER = {SERVER!r}\nCLIENT = {CLIENT!r}\nNESTED = {NESTED!r}\n" + UNPRIVILEGED
+        as_user = [] if os.getuid() else ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        done = subprocess.run([*as_user, SYSTEM_PYTHON, "-c", code], env=env, cwd=top, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "localhost: Connection refused" in done.stdout, done.stdout + done.stderr
+        assert "node1: hello from node1" in done.stdout and "on node2" in done.stdout, done.stdout
+        lines = done.stdout.splitlines()
+        assert f"uid {uid}" in lines and "node1" in lines, done.stdout  # the nested task ran on node1
+        give_up = time.monotonic() + 10 + network.POLL_S  # the holder sees its record gone on its next look
+        while _holders_of(top) and time.monotonic() < give_up:
+            time.sleep(0.1)
+        assert not _holders_of(top), "the fabric outlived its record"
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", f"hpcnb.localslurm.network .* {top}/state"], check=False)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _holders_of(top: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", f"hpcnb.localslurm.network .* {top}/state"], capture_output=True,
+                           text=True)
+    return found.stdout.split()
