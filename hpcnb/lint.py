@@ -55,6 +55,7 @@ CODES: dict[str, tuple[str, str]] = {
     "SL203": (WARNING, "fixed MASTER_PORT"),
     "SL204": (ERROR, "placeholder left in a command"),
     "SL205": (ERROR, "formatting pasted from a web page"),
+    "SL206": (ERROR, "rendezvous at localhost in a multi-node job"),
     "SL301": (ERROR, "partition unknown at this site"),
     "SL302": (ERROR, "time limit above the partition's maximum"),
     "SL303": (ERROR, "more GPUs per node than the site's nodes have"),
@@ -545,6 +546,7 @@ def _check_body(parsed: ParsedScript, text: str, profile: Any = None) -> list[Fi
             out.append(_f(lineno, "SL203",
                           f"fixed port {port}: two jobs sharing a node will clash on it",
                           "derive it from the job id, e.g. export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))"))
+    out += _check_local_rendezvous(parsed, logical)
     multi, where = _task_counts(parsed)
     if multi and not launched:
         if bare_launchers:
@@ -562,6 +564,23 @@ def _check_body(parsed: ParsedScript, text: str, profile: Any = None) -> list[Fi
                           "the script runs once, on the first node, and the rest sit idle",
                           "start the parallel part with srun (e.g. srun python train.py)"))
     return out
+
+
+_LOCAL_RENDEZVOUS = re.compile(r"(?:\bMASTER_ADDR=|--master[_-]addr[= ]+|--rdzv[_-]endpoint[= ]+)[\"']?"
+                               r"(localhost|127(?:\.\d+){3}|\[?::1\]?)(?![\w.-])")
+
+
+def _check_local_rendezvous(parsed: ParsedScript, logical: list[tuple[int, str]]) -> list[Finding]:
+    """SL206: on several nodes, ``localhost`` is each node itself: every node waits at its own."""
+    nodes = _last(parsed, "nodes")
+    fewest = _int(nodes.value.split("-")[0]) if nodes and nodes.value else None
+    if not fewest or fewest < 2:
+        return []
+    return [_f(lineno, "SL206",
+               f"the rendezvous is at {m.group(1)} on {fewest} nodes: {m.group(1)} on each node is that node "
+               "itself, so each node waits at its own until the timeout",
+               'use the first node\'s name: MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
+            for lineno, line in logical for m in _LOCAL_RENDEZVOUS.finditer(line)]
 
 
 # ------------------------------------------------------------ site profile

@@ -291,6 +291,9 @@ MUTANTS: list[Mutant] = [
     Mutant("08", "ex3-solution", "no-srun", "starts torchrun in the batch shell, without srun: the first node only",
            (("srun --ntasks-per-node=1 --cpus-per-task=$SLURM_CPUS_PER_TASK --kill-on-bad-exit=1 \\\\\n    torchrun",
              "torchrun"),), shows="8.3: start torchrun with srun"),
+    Mutant("08", "ex3-solution", "rendezvous-at-localhost", "meets at localhost: on two nodes each waits at its own",
+           (("--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-endpoint=localhost:$MASTER_PORT"),),
+           shows="SL206 the rendezvous is at localhost on 2 nodes"),
     Mutant("08", "ex3-solution", "one-node", "asks for one node, not two",
            (("#SBATCH --nodes=2\n", "#SBATCH --nodes=1\n"),), shows="8.3: expected 4 workers on 2 nodes"),
     # ---------------------------------------------------------------- 09 Lightning

@@ -303,6 +303,22 @@ def test_fixed_master_port(line):
     assert "SLURM_JOB_ID" in found[0].fix
 
 
+@pytest.mark.parametrize(
+    "line", ["export MASTER_ADDR=localhost; srun t.py", "srun torchrun --rdzv-endpoint=localhost:$PORT t.py",
+             "srun torchrun --rdzv_endpoint 127.0.0.1:$PORT t.py", "srun torchrun --master-addr=localhost t.py"],
+)
+def test_rendezvous_at_localhost_on_several_nodes(line):
+    """Exercise 8.3's mistake: each node waits at its own localhost (a real cluster hangs till the timeout)."""
+    found = lint_text(_script("#SBATCH --time=5\n#SBATCH --nodes=2", f"{line}\n"))
+    assert [(f.lineno, f.code) for f in found] == [(4, "SL206")], found
+    assert "SLURM_JOB_NODELIST" in found[0].fix
+    one_node = lint_text(_script("#SBATCH --time=5\n#SBATCH --nodes=1", f"{line}\n"))
+    assert "SL206" not in [f.code for f in one_node]
+    named = lint_text(_script("#SBATCH --time=5\n#SBATCH --nodes=2", line.replace("localhost", "$MASTER_ADDR")
+                              .replace("127.0.0.1", "$MASTER_ADDR") + "\n"))
+    assert "SL206" not in [f.code for f in named]
+
+
 # ------------------------------------------------------------------ site profile
 
 

@@ -202,3 +202,8 @@ def _holders_of(top: Path) -> list[str]:
     found = subprocess.run(["pgrep", "-f", f"hpcnb.localslurm.network .* {top}/state"], capture_output=True,
                            text=True)
     return found.stdout.split()
+
+
+def test_status_says_the_nodes_have_their_own_network(own_network) -> None:
+    status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=own_network)
+    assert f"network: {network.SETTING}=own" in status.stdout, status.stdout

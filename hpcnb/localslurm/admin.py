@@ -383,6 +383,9 @@ def _nodes_line() -> str:
     from .apart import mode
 
     found = mode()
+    if found == "apart" and network.wanted():
+        return (f"apart (each node its own hostname, /tmp and network: {network.SETTING}=own; "
+                "the login node does not reach servers on the nodes)")
     if found == "apart":
         return "apart (each node its own hostname and /tmp; the network is shared)"
     return f"{found}; every node shares this machine's hostname and /tmp"
