@@ -13,7 +13,8 @@ namespace of its own, joined to the others by a bridge, without root:
   the fabric's hosts file is mounted over ``/etc/hosts`` (and the local Slurm's nss_wrapper file),
   so every node name resolves to that node's address.
 
-The holder leaves when its state folder, or its record there, is gone (``hpcnb slurm reset``).
+The holder leaves when its record is gone (``hpcnb slurm reset``, or the state folder removed), or
+after ten minutes without a controller (no job runs then; the next controller starts a new one).
 Not yet: the login node (the notebook's kernel) does not reach servers on the nodes, so this mode
 is off by default.
 """
@@ -41,6 +42,7 @@ KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS = "fabric.json", "fabric.lock", "fabric-hosts"
 START_TIMEOUT_S = 20.0
 POLL_S = 2.0
+ALONE_EXIT_S = 600.0  # the holder leaves after this long without a controller (one starts it again)
 
 
 @dataclass(frozen=True)
@@ -186,9 +188,29 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
     os.close(answer_fd)
     for fd in (0, 1, 2):
         os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    alone_since = time.monotonic()
     while _names_me(path, me):
         time.sleep(POLL_S)
+        if _controller_runs(state):
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since > ALONE_EXIT_S:  # no controller, so no job: not needed now
+            path.unlink(missing_ok=True)
     os._exit(0)
+
+
+def _controller_runs(state: Path) -> bool:
+    """Whether a controller holds the state folder's lock (one runs whenever a job does)."""
+    try:
+        fd = os.open(state / "controller.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _names_me(path: Path, pid: int) -> bool:
