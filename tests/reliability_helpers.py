@@ -176,6 +176,10 @@ class Slurm:
                 found.append(proc)
         return found
 
+    def network_pids(self) -> set[int]:
+        """The processes of the nodes' own network (HPCNB_NODE_NETWORK=own): daemons, as the controller."""
+        return {p.pid for p in self.processes() if "hpcnb.localslurm.network" in " ".join(_cmdline(p))}
+
     def job_processes(self, job_id: int) -> list[psutil.Process]:
         return [p for p in self.processes() if _env(p).get("SLURM_JOB_ID") == str(job_id)]
 
@@ -238,6 +242,13 @@ def kill9(pid: int) -> None:
 import pytest  # noqa: E402
 
 
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except (psutil.Error, OSError):
+        return []
+
+
 @pytest.fixture
 def slurm(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Slurm:
     """A private local Slurm for one test; everything it started is gone afterwards."""
@@ -249,5 +260,5 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPa
     instance = Slurm(state, env)
     yield instance
     instance.stop_everything()
-    left = [p.pid for p in instance.processes()]
-    assert not wait_gone(left, 5), f"processes left behind: {left}"
+    left = {p.pid: " ".join(_cmdline(p)) for p in instance.processes()}
+    assert not wait_gone(list(left), 5), f"processes left behind: {left}"

@@ -108,16 +108,19 @@ def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Pa
     assert "rank 1/2 (local rank 0) on node2, rank 0 at node1:" in out, out
 
 
-def test_shared_network_unless_asked(local_slurm: Path, workdir: Path) -> None:
-    """Without the setting the nodes share this machine's network, as before."""
-    if apart.mode() != "apart":
-        pytest.skip(f"nodes not apart here: {apart.mode()}")
+def test_shared_network_unless_asked(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> None:
+    """Without the setting (read by the controller) the nodes share this machine's network."""
+    env = {k: v for k, v in os.environ.items() if k != network.SETTING}
+    env["HPCNB_STATE_DIR"] = str(tmp_path_factory.mktemp("shared-net-state"))
     (workdir / "job.sh").write_text("#!/bin/bash\nsrun -N2 -n2 -l python3 -c "
                                     "'import socket; print(socket.gethostbyname(\"node1\"))'\n")
-    env = {k: v for k, v in os.environ.items() if k != network.SETTING}
-    done = run(["sbatch", "--wait", "-o", "out.txt", "-N2", "-n2", "job.sh"], cwd=workdir, env=env)
-    assert done.returncode == 0, done.stderr
-    assert "10.77." not in (workdir / "out.txt").read_text()
+    try:
+        done = run(["sbatch", "--wait", "-o", "out.txt", "-N2", "-n2", "job.sh"], cwd=workdir, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "10.77." not in (workdir / "out.txt").read_text()
+        assert not (Path(env["HPCNB_STATE_DIR"]) / network.RECORD).exists()
+    finally:
+        run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
 
 UNPRIVILEGED = '''

@@ -271,8 +271,8 @@ def populated_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     template.wait_final([i for i, in template.db_rows("SELECT id FROM jobs")], timeout=120)
     for i in range(3):
         template.submit("--hold", "-J", f"held{i}", "--wrap", "echo held", cwd=work)
-    controller = template.wait_controller()
-    assert not wait_gone([p.pid for p in template.processes() if p.pid != controller], 10)  # supervisors done
+    daemons = {template.wait_controller(), *template.network_pids()}
+    assert not wait_gone([p.pid for p in template.processes() if p.pid not in daemons], 10)  # supervisors done
     assert template.admin("stop").returncode == 0
     assert not wait_gone([p.pid for p in template.processes()], 10)
     conn = sqlite3.connect(state / "slurm.db")

@@ -17,7 +17,14 @@ from . import db, network, paths, procs, transitions, wake
 
 
 def stop(wait_s: float = 3.0) -> None:
-    """Stop the controller (SIGTERM, then SIGKILL if it does not go)."""
+    """Stop the controller (SIGTERM, then SIGKILL if it does not go), then the nodes' own network."""
+    try:
+        _stop_controller(wait_s)
+    finally:
+        network.stop()
+
+
+def _stop_controller(wait_s: float) -> None:
     pid = wake.running_pid()
     if not pid:
         return
@@ -70,7 +77,6 @@ def reset(profile: str | None, slurm_version: str | None = None) -> None:
     except (db.StateError, sqlite3.Error):
         pass  # damaged: forget it anyway
     stop()
-    network.stop()
     _kill(_holders())  # supervisors and interactive owners: their jobs are being forgotten
     for job_id in active:
         procs.send(procs.job_processes(job_id, str(paths.state_dir())), signal.SIGKILL)
@@ -383,7 +389,7 @@ def _nodes_line() -> str:
     from .apart import mode
 
     found = mode()
-    if found == "apart" and network.wanted():
+    if found == "apart" and (network.wanted() or network.running()):
         return (f"apart (each node its own hostname, /tmp and network: {network.SETTING}=own; "
                 "the login node does not reach servers on the nodes)")
     if found == "apart":

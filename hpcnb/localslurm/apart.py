@@ -38,12 +38,11 @@ SETTING = "HPCNB_NODES"
 class NodeView:
     """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, ``keep`` (top-level
     ``/tmp`` folders standing for shared file systems) where they were, and ``net``: the node's own
-    network (or why it is missing), or None for the machine's."""
+    network, or None for the machine's."""
 
     __slots__ = ("node", "tmp", "keep", "net")
 
-    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (),
-                 net: network.NodeNet | str | None = None) -> None:
+    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None) -> None:
         self.node, self.tmp, self.keep, self.net = node, tmp, keep, net
 
 
@@ -67,8 +66,6 @@ def enter(view: NodeView) -> None:
     """In a forked child, before exec: become ``view.node``, with its private ``/tmp``."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
-    if isinstance(view.net, str):
-        raise OSError(0, view.net)
     if view.net is not None:  # the fabric's user namespace (not when already in it), then the node's network
         if view.net.user and os.readlink("/proc/self/ns/user") != os.readlink(view.net.user):
             _join(libc, view.net.user, CLONE_NEWUSER)
@@ -184,11 +181,6 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     req = job["req"]
     env = req.get("env") or {}
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
-    net: network.NodeNet | str | None = None
-    if network.wanted():
-        try:
-            net = network.node_net(node)
-        except OSError as err:
-            net = str(err)
-    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage), net)
+    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage),
+                    network.node_net(node))
 

@@ -86,6 +86,8 @@ class Controller:
         held jobs costs nothing while nothing changes."""
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        if network.wanted():  # before the first grant: an allocation's srun starts its tasks at once
+            self._start_network()
         next_check = 0.0
         next_pass = 0.0  # schedule at once on start
         while True:
@@ -192,11 +194,8 @@ class Controller:
         # No SQLite connection may cross a fork: close ours, fork the supervisors, reopen.
         self.conn.close()
         try:
-            if own_network:  # the nodes' network, before any task joins it (held outside every job)
-                try:
-                    network.ensure(list(self.cluster.nodes))
-                except OSError as err:
-                    log(f"controller: the nodes' network did not start: {err}")
+            if own_network:  # again, should its holder have gone
+                self._start_network()
             for job_id in batch:
                 try:
                     self._launch(job_id)
@@ -204,6 +203,13 @@ class Controller:
                     log(f"controller: could not start the supervisor of job {job_id}: {err}")
         finally:
             self.conn = self._connect()
+
+    def _start_network(self) -> None:
+        """The nodes' own network (held outside every job: a job's subreaper must not adopt it)."""
+        try:
+            network.ensure(list(self.cluster.nodes))
+        except OSError as err:
+            log(f"controller: the nodes' network did not start: {err}")
 
     @staticmethod
     def _connect():

@@ -8,6 +8,7 @@ Debian's libnss-wrapper preloaded with a private hosts file naming every node fo
 """
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -82,7 +83,11 @@ def _find_resolver(names: list[str]) -> dict[str, str]:
     hosts = paths.state_dir() / "hosts"
     text = "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
     if not hosts.exists() or hosts.read_text() != text:
-        _write_private(hosts, text)
+        try:
+            _write_private(hosts, text)
+        except OSError as err:  # in a task of the nodes' own network the file is theirs, mounted here
+            if err.errno != errno.EBUSY:
+                raise
     return {"library": library, "hosts": str(hosts)}
 
 
@@ -93,7 +98,11 @@ def _write_private(path, text: str) -> None:
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
         fh.write(text)
     tmp.chmod(0o600)  # one left by an older version, under a loose umask
-    tmp.replace(path)
+    try:
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def status(cluster: Cluster) -> tuple[bool, str]:

@@ -14,7 +14,7 @@ namespace of its own, joined to the others by a bridge, without root:
   so every node name resolves to that node's address.
 
 The holder leaves when its record is gone (``hpcnb slurm reset``, or the state folder removed), or
-after ten minutes without a controller (no job runs then; the next controller starts a new one).
+after a minute without a controller (no job runs then; the next controller starts a new one).
 Not yet: the login node (the notebook's kernel) does not reach servers on the nodes, so this mode
 is off by default.
 """
@@ -40,9 +40,8 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS = "fabric.json", "fabric.lock", "fabric-hosts"
-START_TIMEOUT_S = 20.0
 POLL_S = 2.0
-ALONE_EXIT_S = 600.0  # the holder leaves after this long without a controller (one starts it again)
+ALONE_EXIT_S = 60.0  # the holder leaves after this long without a controller (one starts it again)
 
 
 @dataclass(frozen=True)
@@ -75,15 +74,21 @@ def hosts_text(nodes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def node_net(node: str) -> NodeNet:
-    """The namespaces of ``node`` in the running fabric (started by the controller: :func:`ensure`)."""
+def node_net(node: str) -> NodeNet | None:
+    """The namespaces of ``node`` in this state folder's fabric; None when none runs (then the nodes
+    share this machine's network). The controller decides: it starts the fabric before it grants
+    anything (:func:`ensure`), whatever the environment of the command that asks here."""
     record = _running(paths.state_dir() / RECORD)
     if not record or node not in record["nodes"]:
-        raise OSError(f"the nodes' network is not running ({SETTING}=own)")
-    pid = record["nodes"][node]
+        return None
     user = f"/proc/{record['holder']}/ns/user" if record["own_user"] else None
     state = paths.state_dir()
-    return NodeNet(user, f"/proc/{pid}/ns/net", str(state / HOSTS), str(state / "hosts"))
+    return NodeNet(user, f"/proc/{record['nodes'][node]}/ns/net", str(state / HOSTS), str(state / "hosts"))
+
+
+def running() -> bool:
+    """Whether this state folder's nodes have their own network now."""
+    return _running(paths.state_dir() / RECORD) is not None
 
 
 def ensure(nodes: list[str]) -> dict:
@@ -126,11 +131,7 @@ def _start_time(pid: int) -> str:
 
 
 def _start(state: Path, nodes: list[str]) -> dict:
-    hosts = state / HOSTS
-    tmp = hosts.with_name(f".{HOSTS}.{os.getpid()}")
-    tmp.write_text(hosts_text(nodes))
-    tmp.chmod(0o644)
-    tmp.replace(hosts)
+    _write_private(state / HOSTS, hosts_text(nodes))
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -176,15 +177,15 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # a new user namespace cleared it: our own processes
         # may open our namespaces again (the nodes' holders inherit it)
         node_pids = _build(libc, nodes)
+        if not _controller_runs(state):  # its starter was stopped meanwhile (a reset): not wanted now
+            raise OSError("no controller runs for this state folder")
         record = {"holder": me, "holder_start": _start_time(me), "own_user": own_user, "names": nodes,
                   "nodes": dict(zip(nodes, node_pids))}
-        tmp = path.with_name(f".{RECORD}.{me}")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(path)
-        os.write(answer_fd, json.dumps(record).encode())
+        _write_private(path, json.dumps(record))
     except BaseException as err:  # noqa: BLE001 - told to the starter
-        os.write(answer_fd, json.dumps({"error": str(err)}).encode())
+        _answer(answer_fd, {"error": str(err)})
         os._exit(1)
+    _answer(answer_fd, record)  # a starter that has gone meanwhile does not need it
     os.close(answer_fd)
     for fd in (0, 1, 2):
         os.dup2(os.open(os.devnull, os.O_RDWR), fd)
@@ -211,6 +212,21 @@ def _controller_runs(state: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _answer(fd: int, what: dict) -> None:
+    try:
+        os.write(fd, json.dumps(what).encode())
+    except OSError:
+        pass
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file of the state folder whole (rename), private (0600) as everything there."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        fh.write(text)
+    tmp.replace(path)
 
 
 def _names_me(path: Path, pid: int) -> bool:

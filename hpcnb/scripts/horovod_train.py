@@ -35,9 +35,11 @@ hvd.init()
 # builds one where CUDA is present. Without it, gradients stay on the CPU, even on a GPU node.
 device = pick_device(hvd.local_rank()) if hvd.nccl_built() else torch.device("cpu")
 training.use_slurm_cpus()
-host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
+host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()  # the host horovodrun meant (-H)
 hosts = hvd.allgather_object(host)
-print(f"rank {hvd.rank()}/{hvd.size()} (local rank {hvd.local_rank()}) on {host}", flush=True)
+here = socket.gethostname()  # the host it runs on: not the same where horovodrun took node2 for local
+print(f"rank {hvd.rank()}/{hvd.size()} (local rank {hvd.local_rank()}) on {here}"
+      + (f" (horovodrun's host {host})" if here != host else ""), flush=True)
 
 data = training.make_dataset()
 sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=True, seed=training.SEED)
