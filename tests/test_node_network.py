@@ -138,6 +138,9 @@ def start(node, argv):
         os._exit(1)
     return pid
 
+import fcntl
+lock = os.open(os.path.join(os.environ["HPCNB_STATE_DIR"], "controller.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(lock, fcntl.LOCK_EX)  # as a controller holds it: a fabric runs only beside one
 network.ensure(["node1", "node2"])
 try:
     server = start("node1", ["-c", SERVER, "5555", os.environ["READY"]])
