@@ -9,14 +9,14 @@ namespace of its own, joined to the others by a bridge, without root:
   bridge by a veth pair: ``node<i>`` has ``10.77.x.y`` and ``fd77::<i>`` and its own loopback;
 - a task started on a node (:func:`hpcnb.localslurm.apart.enter`) joins the fabric's user namespace
   (keeping the capabilities that namespace gives, so that its own ``srun`` can start tasks on other
-  nodes) and the node's network namespace;
-  the fabric's hosts file is mounted over ``/etc/hosts`` (and the local Slurm's nss_wrapper file),
-  so every node name resolves to that node's address.
+  nodes) and the node's network namespace; the fabric's hosts file is mounted over ``/etc/hosts``
+  (and the local Slurm's nss_wrapper file), so every node name resolves to that node's address.
 
 The holder leaves when its record is gone (``hpcnb slurm reset``, or the state folder removed), or
 after a minute without a controller (no job runs then; the next controller starts a new one).
-Not yet: the login node (the notebook's kernel) does not reach servers on the nodes, so this mode
-is off by default.
+The controller starts it when its environment says ``HPCNB_NODE_NETWORK=own``. Not yet: the login
+node (the notebook's kernel, a portal's hub) and the nodes do not reach each other, and ``horovodrun``
+finds no ssh to node2; so this mode is off by default.
 """
 from __future__ import annotations
 
@@ -174,8 +174,8 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
         if own_user:
             _map_self(uid, gid)
             keep_capabilities(libc)
-        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # a new user namespace cleared it: our own processes
-        # may open our namespaces again (the nodes' holders inherit it)
+        # a new user namespace cleared "dumpable": set, our own processes may open our namespaces
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         node_pids = _build(libc, nodes)
         if not _controller_runs(state):  # its starter was stopped meanwhile (a reset): not wanted now
             raise OSError("no controller runs for this state folder")
@@ -283,8 +283,10 @@ def _tool(name: str) -> str:
     return found
 
 
-def _ip(*args: str) -> None:
-    found = subprocess.run([_tool("ip"), *args], capture_output=True, text=True, timeout=10)
+def _ip(*args: str, inside: int | None = None) -> None:
+    """Run ``ip ARGS``, in the network namespace of process ``inside`` if given."""
+    enter = [] if inside is None else [_tool("nsenter"), f"--net=/proc/{inside}/ns/net"]
+    found = subprocess.run([*enter, _tool("ip"), *args], capture_output=True, text=True, timeout=10)
     if found.returncode:
         raise OSError(f"ip {' '.join(args)}: {found.stderr.strip()}")
 
@@ -295,21 +297,17 @@ def _build(libc, nodes: list[str]) -> list[int]:
     _ip("link", "add", "fabric", "type", "bridge")
     _ip("link", "set", "fabric", "up")
     pids = []
-    for index, node in enumerate(nodes):
+    for index in range(len(nodes)):
         pid = _node_holder(libc)
         pids.append(pid)
-        outside, v4_v6 = f"n{index}", address(index)
-        _ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", str(pid))
-        _ip("link", "set", outside, "master", "fabric")
-        _ip("link", "set", outside, "up")
-        ns = f"--net=/proc/{pid}/ns/net"
-        for args in (("addr", "add", f"{v4_v6[0]}/16", "dev", "eth0"),
-                     ("-6", "addr", "add", f"{v4_v6[1]}/64", "dev", "eth0", "nodad"),
-                     ("link", "set", "eth0", "up"), ("link", "set", "lo", "up")):
-            found = subprocess.run([_tool("nsenter"), ns, _tool("ip"), *args], capture_output=True, text=True,
-                                   timeout=10)
-            if found.returncode:
-                raise OSError(f"{node}: ip {' '.join(args)}: {found.stderr.strip()}")
+        v4, v6 = address(index)
+        _ip("link", "add", f"n{index}", "type", "veth", "peer", "name", "eth0", "netns", str(pid))
+        _ip("link", "set", f"n{index}", "master", "fabric")
+        _ip("link", "set", f"n{index}", "up")
+        _ip("addr", "add", f"{v4}/16", "dev", "eth0", inside=pid)
+        _ip("-6", "addr", "add", f"{v6}/64", "dev", "eth0", "nodad", inside=pid)
+        _ip("link", "set", "eth0", "up", inside=pid)
+        _ip("link", "set", "lo", "up", inside=pid)
     return pids
 
 
