@@ -18,6 +18,7 @@ PACKAGES=(
     fonts-liberation  # so that pages rendered by chromium have real fonts
     libnss-wrapper    # fake users/hosts for the local Slurm and ssh tests
     bubblewrap        # the grader's sandbox for student code (hpcnb/course/sandbox.py)
+    iproute2          # ip: the virtual nodes' own network (hpcnb/localslurm/network.py)
     lmod              # environment modules (Lmod 8.6) for lesson 3b's module tree
     cmake             # Horovod build (ci/build-horovod.sh)
     g++
