@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import network, paths
+from .network import CLONE_NEWNET, CLONE_NEWUSER
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x04000000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
 TMP = "/tmp"
 SETTING = "HPCNB_NODES"

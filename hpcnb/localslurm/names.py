@@ -68,7 +68,7 @@ def _resolver(names: list[str]) -> dict[str, str]:
         pass
     found = _find_resolver(names)
     try:
-        _write_private(memo, json.dumps({"key": key, "found": found}))
+        paths.write_private(memo, json.dumps({"key": key, "found": found}))
     except OSError:
         pass  # only a memo
     return found
@@ -80,29 +80,15 @@ def _find_resolver(names: list[str]) -> dict[str, str]:
     library = nss_wrapper_library()
     if library is None:
         return {}
-    hosts = paths.state_dir() / "hosts"
+    hosts = paths.hosts_path()
     text = "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
     if not hosts.exists() or hosts.read_text() != text:
         try:
-            _write_private(hosts, text)
+            paths.write_private(hosts, text)
         except OSError as err:  # in a task of the nodes' own network the file is theirs, mounted here
             if err.errno != errno.EBUSY:
                 raise
     return {"library": library, "hosts": str(hosts)}
-
-
-def _write_private(path, text: str) -> None:
-    """Write a file of the state directory whole (rename), private under any umask; commands
-    writing it together each rename their own."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        fh.write(text)
-    tmp.chmod(0o600)  # one left by an older version, under a loose umask
-    try:
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def status(cluster: Cluster) -> tuple[bool, str]:

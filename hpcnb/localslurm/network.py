@@ -82,8 +82,8 @@ def node_net(node: str) -> NodeNet | None:
     if not record or node not in record["nodes"]:
         return None
     user = f"/proc/{record['holder']}/ns/user" if record["own_user"] else None
-    state = paths.state_dir()
-    return NodeNet(user, f"/proc/{record['nodes'][node]}/ns/net", str(state / HOSTS), str(state / "hosts"))
+    return NodeNet(user, f"/proc/{record['nodes'][node]}/ns/net", str(paths.state_dir() / HOSTS),
+                   str(paths.hosts_path()))
 
 
 def running() -> bool:
@@ -131,7 +131,7 @@ def _start_time(pid: int) -> str:
 
 
 def _start(state: Path, nodes: list[str]) -> dict:
-    _write_private(state / HOSTS, hosts_text(nodes))
+    paths.write_private(state / HOSTS, hosts_text(nodes))
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -181,7 +181,7 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
             raise OSError("no controller runs for this state folder")
         record = {"holder": me, "holder_start": _start_time(me), "own_user": own_user, "names": nodes,
                   "nodes": dict(zip(nodes, node_pids))}
-        _write_private(path, json.dumps(record))
+        paths.write_private(path, json.dumps(record))
     except BaseException as err:  # noqa: BLE001 - told to the starter
         _answer(answer_fd, {"error": str(err)})
         os._exit(1)
@@ -202,7 +202,7 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
 def _controller_runs(state: Path) -> bool:
     """Whether a controller holds the state folder's lock (one runs whenever a job does)."""
     try:
-        fd = os.open(state / "controller.lock", os.O_RDONLY)
+        fd = os.open(state / paths.CONTROLLER_LOCK, os.O_RDONLY)
     except OSError:
         return False
     try:
@@ -219,14 +219,6 @@ def _answer(fd: int, what: dict) -> None:
         os.write(fd, json.dumps(what).encode())
     except OSError:
         pass
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write a file of the state folder whole (rename), private (0600) as everything there."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        fh.write(text)
-    tmp.replace(path)
 
 
 def _names_me(path: Path, pid: int) -> bool:

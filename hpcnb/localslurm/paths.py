@@ -99,8 +99,11 @@ def socket_path() -> Path:
     return state_dir() / "controller.sock"
 
 
+CONTROLLER_LOCK = "controller.lock"  # held by the running controller (flock)
+
+
 def lock_path() -> Path:
-    return state_dir() / "controller.lock"
+    return state_dir() / CONTROLLER_LOCK
 
 
 def log_path() -> Path:
@@ -125,3 +128,22 @@ def node_tmp_root() -> Path:
     """Root of the virtual nodes' local disks (SLURM_TMPDIR lives below it)."""
     base = os.environ.get("HPCNB_NODE_TMP") or str(state_dir() / "nodes")
     return Path(base)
+
+
+def hosts_path() -> Path:
+    """The hosts file naming the virtual nodes for nss_wrapper (:mod:`.names`)."""
+    return state_dir() / "hosts"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file of the state directory whole (rename), private under any umask; commands
+    writing it together each rename their own."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        fh.write(text)
+    tmp.chmod(0o600)  # one left by an older version, under a loose umask
+    try:
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
