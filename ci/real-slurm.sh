@@ -456,6 +456,7 @@ start_munged() {
   chmod 400 "$ROOTFS/etc/munge/munge.key"
   "${IN[@]}" install -d -o munge -g munge -m 755 /run/munge
   log "starting munged"
+  rm -f "$ROOTFS/run/munge/munged.pid"
   "${IN[@]}" runuser -u munge -- /usr/sbin/munged 2>/dev/null ||
     "${IN[@]}" runuser -u munge -- /usr/sbin/munged --force ||
     die_logs "munged did not start"
@@ -513,6 +514,7 @@ start_slurmdbd() {
   if ! alive "$S/slurmdbd.pid" slurmdbd; then
     if dbd_ok; then die "a slurmdbd not started by this script answers on port $DBD_PORT; stop it first"; fi
     log "starting slurmdbd"
+    rm -f "$S/slurmdbd.pid"
     "${IN[@]}" slurmdbd || die_logs "slurmdbd did not start"
     echo "$sum" > "$S/slurmdbd.sum"
   fi
@@ -543,6 +545,7 @@ start_slurm() {
   else
     if ctld_ok; then die "a slurmctld not started by this script answers on port $CTLD_PORT; stop it first"; fi
     log "starting slurmctld"
+    rm -f "$S/slurmctld.pid"
     # -i: tolerate unreadable or stale state files from an earlier run
     "${IN[@]}" slurmctld -i || die_logs "slurmctld did not start"
   fi
@@ -554,6 +557,7 @@ start_slurm() {
     fi
     log "starting slurmd $n"
     mkdir -p "$ROOTFS$SPOOL_DIR/slurmd/$n"
+    rm -f "$S/slurmd-$n.pid"  # one left by a run that was killed would pass for the new one
     "${IN[@]}" slurmd -N "$n" || die_logs "slurmd -N $n did not start"
     # 24.11's slurmd returns before its daemon has written the pid file
     wait_for "slurmd $n to write $S/slurmd-$n.pid" test -s "$S/slurmd-$n.pid"

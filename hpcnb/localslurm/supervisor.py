@@ -189,10 +189,13 @@ class Supervisor:
         return row["time_limit"] if row else known
 
     def finish(self, outcome: Outcome) -> None:
-        """Record the final state in one transaction, clean node-local scratch, wake the controller.
+        """Clean node-local scratch, record the final state in one transaction, wake the controller.
 
-        A full disk under the state file is waited out (up to FINISH_PATIENCE_S): the job's true
-        end is recorded once there is room, instead of a supervisor dying and a NODE_FAIL."""
+        The scratch goes first, as slurmd's epilog runs before a job leaves COMPLETING: whoever
+        sees the job ended (``sbatch --wait``) finds its ``SLURM_TMPDIR`` gone. A full disk under
+        the state file is waited out (up to FINISH_PATIENCE_S): the job's true end is recorded once
+        there is room, instead of a supervisor dying and a NODE_FAIL."""
+        self._clean_scratch()
         give_up = time.time() + FINISH_PATIENCE_S
         while True:
             try:
@@ -203,7 +206,7 @@ class Supervisor:
                     raise
                 log(f"[{self.job['id']}.batch] cannot record the job's end yet ({err}); retrying")
                 time.sleep(1.0)
-        self._after()
+        self._wake_controller()
 
     def _record(self, outcome: Outcome) -> None:
         job, now = self.job, time.time()
@@ -222,11 +225,13 @@ class Supervisor:
                                 exit_code=outcome.exit_code, exit_signal=outcome.exit_signal, max_rss=self.max_rss,
                                 total_cpu=_children_cpu() if job["kind"] == "batch" else None)
 
-    def _after(self) -> None:
-        job = self.job
-        for part in job["alloc"]:
-            shutil.rmtree(envvars.node_tmpdir(job["id"], part["node"]), ignore_errors=True)
-            shutil.rmtree(apart.private_tmp(job["id"], part["node"]), ignore_errors=True)
+    def _clean_scratch(self) -> None:
+        for part in self.job["alloc"]:
+            shutil.rmtree(envvars.node_tmpdir(self.job["id"], part["node"]), ignore_errors=True)
+            shutil.rmtree(apart.private_tmp(self.job["id"], part["node"]), ignore_errors=True)
+
+    @staticmethod
+    def _wake_controller() -> None:
         try:
             if not poke(start=False):
                 ensure_running()  # the controller was killed: pending jobs must not wait for the next command
