@@ -357,3 +357,61 @@ def test_lesson_3_links_its_exercise_which_validates(lab) -> None:
             page.screenshot(path=str(ARTIFACTS / "browser-validate.png"))
         finally:
             browser.close()
+
+
+def _tensorboard_lesson(kernel: str) -> nbformat.NotebookNode:
+    """As lesson 8: a 2-rank DDP job writes TensorBoard scalars (rank 0 alone); the board opens beside it."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    display = "Python 3 (hpcnb: Slurm course)" if kernel == COURSE_KERNEL else "Python 3 (ipykernel)"
+    return new_notebook(cells=[
+        new_code_cell("import hpcnb\n\nhpcnb.setup()"),
+        new_code_cell("!sbatch --wait -n 2 -o ddp-%j.out --wrap 'srun python -m hpcnb.scripts.ddp_train "
+                      "--epochs 2 --out ddp-2 --tensorboard runs'"),
+        new_code_cell("from hpcnb.lessons import tensorboard\n\nprint(tensorboard.summary('runs'))\n"
+                      "board = tensorboard.show('runs')\nboard"),
+    ], metadata={"kernelspec": {"name": kernel, "display_name": display, "language": "python"},
+                 "language_info": {"name": "python"}})
+
+
+def test_tensorboard_opens_from_the_notebook(lab) -> None:
+    """Issue 27, item 4: the notebook's link opens TensorBoard through jupyter-server-proxy, and its
+    scalars page draws the curves a real DDP job's rank 0 wrote."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("jupyter_server_proxy")
+    from playwright.sync_api import expect, sync_playwright
+
+    nbformat.write(_tensorboard_lesson(lab["kernel"]), lab["notebooks"] / "watch-training.ipynb")
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "browser-tensorboard.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(120_000)
+            expect.set_options(timeout=120_000)
+            page.goto(f"{lab['url']}/lab/tree/notebooks/watch-training.ipynb?token={lab['token']}")
+            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            run_all_cells(page, notebook)
+            link = notebook.get_by_role("link", name="Open TensorBoard")
+            expect(link).to_be_visible(timeout=240_000)
+            summary = notebook.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output").first
+            expect(summary).to_contain_text("ddp-2: 1 event file(s)")
+            expect(summary).to_contain_text("train/batch_loss")
+            with page.expect_popup() as opened:
+                link.click()
+            board = opened.value
+            board.set_default_timeout(120_000)
+            assert re.search(r"/proxy/\d+/$", board.url), board.url
+            board.get_by_text(re.compile(r"^\s*scalars\s*$", re.IGNORECASE)).first.click()
+            for tag in ("train/batch_loss", "epoch/loss", "epoch/seconds"):  # the Time Series tab hides its own
+                expect(board.get_by_text(tag, exact=True).filter(visible=True).first).to_be_visible()
+            card = board.locator("tf-scalar-card").filter(has_text="train/batch_loss").filter(visible=True)
+            expect(card).to_have_count(1)
+            # the curve itself drawn: a line through the steps' points (Plottable's path.line)
+            expect(card.locator("path.line").first).to_have_attribute("d", re.compile(r"^M(?:[^L]*L){10,}"))
+            board.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000

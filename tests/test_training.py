@@ -149,9 +149,19 @@ def test_ddp_script_srun_and_torchrun_on_two_nodes(workdir: Path) -> None:
     bin_dir = Path(py).parent
     env_path = f"export PATH={bin_dir}:$PATH; "
     _job(["-N1", "--ntasks-per-node=1", "--wrap", f"srun {py} -m hpcnb.scripts.ddp_train --out one"], workdir)
-    out = _job(["-N2", "--ntasks-per-node=2", "--wrap", f"srun {py} -m hpcnb.scripts.ddp_train --out four"], workdir)
+    out = _job(["-N2", "--ntasks-per-node=2", "--wrap",
+                f"srun {py} -m hpcnb.scripts.ddp_train --out four --tensorboard runs"], workdir)
     four = training.load_result(workdir / "four")
     assert four["world_size"] == 4 and four["nodes"] == ["node1", "node2"] and four["launcher"] == "srun", out
+    if importlib.util.find_spec("tensorboard"):  # rank 0 alone wrote: one event file, every step's loss
+        from hpcnb.lessons import tensorboard
+
+        assert tensorboard.event_files(workdir / "runs") == {"four": 1}
+        curves = tensorboard.read_scalars(workdir / "runs")["four"]
+        assert [v for _, v in curves["epoch/loss"]] == pytest.approx(four["losses"], rel=1e-5)
+        assert [s for s, _ in curves["train/batch_loss"]] == list(range(len(curves["train/batch_loss"])))
+        steps = len(curves["train/batch_loss"])
+        assert steps >= 3 and steps % 3 == 0, "as many steps in each of the 3 epochs"
     assert len(four["epoch_seconds"]) == four["epochs"] == 3 and sum(four["epoch_seconds"]) <= four["seconds"]
     assert out.count("trained in") == 1, "only rank 0 reports"
     script = (

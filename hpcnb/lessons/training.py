@@ -22,7 +22,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 __all__ = [
     "FEATURES", "HIDDEN", "SAMPLES", "SEED", "make_dataset", "make_model", "train_epoch", "full_loss",
@@ -59,8 +59,9 @@ def make_model(features: int = FEATURES, hidden: int = HIDDEN, seed: int = SEED)
         )
 
 
-def train_epoch(model, loader, optimizer, device: Any = "cpu") -> float:
-    """One pass over ``loader``: MSE loss, backward, step. Returns this process's mean batch loss."""
+def train_epoch(model, loader, optimizer, device: Any = "cpu", on_step: Callable[[float], None] | None = None) -> float:
+    """One pass over ``loader``: MSE loss, backward, step. Returns this process's mean batch loss;
+    ``on_step`` gets each batch's loss (e.g. to write it to TensorBoard)."""
     import torch.nn.functional as F
 
     model.train()
@@ -72,6 +73,8 @@ def train_epoch(model, loader, optimizer, device: Any = "cpu") -> float:
         loss.backward()  # under DDP/Horovod the gradients are averaged over all processes here / in step()
         optimizer.step()
         total, batches = total + loss.item(), batches + 1
+        if on_step is not None:
+            on_step(loss.item())
     return total / max(batches, 1)
 
 

@@ -533,9 +533,44 @@ def profile_ops(cfg: Config, dataset, **kw: Any) -> list[dict[str, Any]]:
     ``[step]`` (the model step). Keywords: ``dev``, ``steps`` (3), ``top`` (8), ``max_batch``
     (16): the profiler keeps every operator call (kilobytes of memory and tens of microseconds
     of Python each to summarise) and the dataset makes hundreds of calls per sample, so larger
-    batches are profiled at this size.
+    batches are profiled at this size. ``trace``: also save every call on a timeline there
+    (Chrome's trace format, read by Perfetto and ``chrome://tracing``; :func:`trace_summary`).
     """
     return _with_threads(_profile_ops, cfg, dataset, **kw)
+
+
+def trace_summary(path: str | os.PathLike) -> str:
+    """What a profiler trace holds: its size, events, the span it covers, the ``[data]``/``[step]`` ranges."""
+    trace = Path(path)
+    events = json.loads(trace.read_text())["traceEvents"]
+    timed = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    span_ms = (max(e["ts"] + e["dur"] for e in timed) - min(e["ts"] for e in timed)) / 1e3
+    ranges = {}
+    for e in timed:
+        if e.get("name") in ("data", "step"):
+            ranges.setdefault(e["name"], []).append(e["dur"] / 1e3)
+    lines = [f"{trace.name}: {trace.stat().st_size / 1e6:.1f} MB, {len(timed):,} timed events over {span_ms:.1f} ms"]
+    lines += [f"  [{name}] x{len(d)}: " + ", ".join(f"{ms:.1f} ms" for ms in d) for name, d in sorted(ranges.items())]
+    return "\n".join(lines)
+
+
+def write_tensorboard(logdir: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """The batch-size sweep and the untuned-vs-tuned loop as TensorBoard scalars (samples/s; the
+    step is the batch size, and 0/1 for before/after). False where ``tensorboard`` is missing."""
+    from hpcnb.lessons import tensorboard
+
+    board = tensorboard.writer(logdir)
+    if board is None:
+        return False
+    for r in rows:
+        if r.get("status", "ok") != "ok" or not r.get("samples_per_s"):
+            continue
+        if r["experiment"] == "batch_size":
+            board.add_scalar("batch_size/samples_per_s", float(r["samples_per_s"]), int(r["batch_size"]))
+    for i, r in enumerate(x for x in rows if x["experiment"] == "before_after"):
+        board.add_scalar("before_after/samples_per_s", float(r["samples_per_s"]), i)
+    board.close()
+    return True
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -724,7 +759,7 @@ def bottleneck(rows: Iterable[Mapping[str, Any]]) -> tuple[str, str]:
 
 
 def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3, top: int = 8,
-                 max_batch: int | None = 16) -> list[dict[str, Any]]:
+                 max_batch: int | None = 16, trace: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     if max_batch and cfg.batch_size > max_batch:
         cfg = cfg.replace(batch_size=max_batch)
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -744,6 +779,9 @@ def _profile_ops(cfg: Config, dataset, *, dev: str | None = None, steps: int = 3
                 trainer.step(*trainer.to_device(xb, yb))
         _sync(dev)
     del it, loader
+    if trace:
+        Path(trace).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
     gpu = dev == "cuda"
     events = prof.key_averages()
 

@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from hpcnb.lessons import training
+from hpcnb.lessons import tensorboard, training
 from hpcnb.lessons.distributed import backend_for, check_resolves, device_id_for, leave, pick_device, synchronize
 
 parser = argparse.ArgumentParser()
@@ -19,6 +19,7 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--batch", type=int, default=128, help="samples per optimizer step, over all processes")
 parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt")
+parser.add_argument("--tensorboard", metavar="DIR", help="rank 0 writes its losses to DIR/OUT for TensorBoard")
 args = parser.parse_args()
 
 # One process per device, on every node: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE;
@@ -55,17 +56,33 @@ model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
 losses, epoch_seconds = [], []  # rank 0's time per epoch (the loss computed after it left out)
+# TensorBoard: rank 0 alone writes (each rank writing would add one copy of the curves per process)
+board = tensorboard.writer(f"{args.tensorboard}/{args.out}") if args.tensorboard and rank == 0 else None
+step = 0
+
+
+def log_step(loss: float) -> None:
+    global step
+    board.add_scalar("train/batch_loss", loss, step)
+    step += 1
+
+
 dist.barrier()
 start = time.perf_counter()
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
     began = time.perf_counter()
-    training.train_epoch(model, loader, optimizer, device)
+    training.train_epoch(model, loader, optimizer, device, on_step=log_step if board else None)
     synchronize(device)
     epoch_seconds.append(time.perf_counter() - began)
     if rank == 0:
         losses.append(training.full_loss(model, data, device))
         print(f"epoch {epoch}: loss {losses[-1]:.4f}", flush=True)
+        if board:
+            board.add_scalar("epoch/loss", losses[-1], epoch)
+            board.add_scalar("epoch/seconds", epoch_seconds[-1], epoch)
+if board:
+    board.close()
 synchronize(device)  # on a GPU: wait for the queued kernels before reading the clock
 seconds = time.perf_counter() - start
 
