@@ -20,6 +20,8 @@ PACKAGES=(
     bubblewrap        # the grader's sandbox for student code (hpcnb/course/sandbox.py)
     iproute2          # ip: the virtual nodes' own network (hpcnb/localslurm/network.py)
     lmod              # environment modules (Lmod 8.6) for lesson 3b's module tree
+    charliecloud      # ch-run: job steps in the course's container image (ci/build-container.sh)
+    debootstrap       # the image's Debian root (ci/build-container.sh)
     cmake             # Horovod build (ci/build-horovod.sh)
     g++
     make
