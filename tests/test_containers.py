@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, Lane, run
 
 from hpcnb.localslurm import apart
 
@@ -37,20 +37,21 @@ def image() -> Path:
     return path
 
 
-def sbatch(workdir: Path, script: str, *options: str) -> str:
-    """Run ``script`` as a batch job, wait for it, and return its output. ch-run needs ``$USER``."""
+def sbatch(lane: Lane, workdir: Path, script: str, *options: str) -> str:
+    """Run ``script`` as a batch job on ``lane``'s Slurm, wait for it, and return its output.
+    ch-run needs ``$USER`` (``error: $USER not set``), which a bare CI container may lack."""
     user = os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name
     (workdir / "job.sh").write_text("#!/bin/bash\nset -euo pipefail\n" + script)
-    done = run(["sbatch", "--wait", "-o", "out.txt", *options, "job.sh"], cwd=workdir,
-               env={**os.environ, "USER": user}, timeout=300)
+    done = lane.run(["sbatch", "--wait", "-o", "out.txt", *options, "job.sh"], cwd=workdir,
+                    env={"USER": user}, timeout=300)
     out = (workdir / "out.txt").read_text() if (workdir / "out.txt").exists() else ""
     assert done.returncode == 0, done.stderr + out
     return out
 
 
-def test_ddp_over_two_nodes_runs_inside_the_image(workdir: Path, image: Path) -> None:
+def test_ddp_over_two_nodes_runs_inside_the_image(lane: Lane, workdir: Path, image: Path) -> None:
     shutil.copy(DDP, workdir / "ddp.py")
-    out = sbatch(workdir, "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n"
+    out = sbatch(lane, workdir, "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')\n"
                           # resolved here: the image cannot use the local Slurm's nss_wrapper
                           "export MASTER_ADDR=$(getent ahostsv4 \"$first\" | awk 'NR == 1 {print $1}')\n"
                           "export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))\n"
@@ -65,10 +66,10 @@ def test_ddp_over_two_nodes_runs_inside_the_image(workdir: Path, image: Path) ->
     assert ranks[0].split("weights=")[1] == ranks[1].split("weights=")[1], out  # one model, kept in step
 
 
-def test_slurm_tmpdir_bound_into_the_image_is_written_through(workdir: Path, image: Path) -> None:
+def test_slurm_tmpdir_bound_into_the_image_is_written_through(lane: Lane, workdir: Path, image: Path) -> None:
     inside = ("echo rank $SLURM_PROCID on $(hostname) > /localscratch/hello.txt; "
               "touch /etc/written 2>/dev/null && echo image writable || echo image read-only")
-    out = sbatch(workdir, f"srun -N2 -n2 -l bash -c '{CH_RUN} -b \"$SLURM_TMPDIR:/localscratch\" {image} -- "
+    out = sbatch(lane, workdir, f"srun -N2 -n2 -l bash -c '{CH_RUN} -b \"$SLURM_TMPDIR:/localscratch\" {image} -- "
                           f"sh -c \"{inside}\" && echo outside: $(cat \"$SLURM_TMPDIR/hello.txt\")'\n",
                  "-N2", "-n2")
     lines = sorted(line for line in out.splitlines() if re.match(r"\d+: ", line))
