@@ -132,8 +132,10 @@ chmod 755 "$TMP"
 mv -T "$TMP" "$IMAGE"
 trap - EXIT
 ln -sfn "$NAME-$KEY" "$CACHE/.$NAME.link" && mv -T "$CACHE/.$NAME.link" "$CACHE/$NAME"
-for old in "$CACHE/$NAME"-*; do  # images of older recipes
-  [ "$old" = "$IMAGE" ] || [ ! -d "$old" ] || { log "removing the older image $old"; rm -rf --one-file-system "$old"; }
+for old in "$CACHE/$NAME"-*; do  # images of older recipes, and their build logs
+  case $old in "$IMAGE" | "$BUILD_LOG") continue ;; esac
+  if [ -d "$old" ]; then log "removing the older image $old"; fi
+  rm -rf --one-file-system "$old"
 done
 log "built $IMAGE in $(since "$T0") s ($(du -sh "$IMAGE" | cut -f1); torch, numpy: $(cat "$IMAGE/.hpcnb-image-versions"))"
 echo "$IMAGE"
