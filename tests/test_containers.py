@@ -15,9 +15,10 @@ from conftest import ROOT, Lane, run
 from hpcnb.localslurm import apart
 
 BUILD = ROOT / "ci" / "build-container.sh"
-DDP = Path(__file__).resolve().parent / "fixtures" / "containers" / "ddp.py"
-# the local Slurm preloads nss_wrapper so that node names resolve; the image has no such library
-CH_RUN = r"ch-run --unset-env=LD_PRELOAD --unset-env=NSS_WRAPPER_\*"
+DDP = ROOT / "hpcnb" / "scripts" / "container_ddp.py"
+# the local Slurm preloads nss_wrapper (which the image has not) and puts the node names in each task's
+# /etc/hosts, which ch-run binds into the container, as lesson 3b's job does
+CH_RUN = "ch-run --unset-env=LD_PRELOAD"
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +52,7 @@ def sbatch(lane: Lane, workdir: Path, script: str, *options: str) -> str:
 
 def test_ddp_over_two_nodes_runs_inside_the_image(lane: Lane, workdir: Path, image: Path) -> None:
     shutil.copy(DDP, workdir / "ddp.py")
-    out = sbatch(lane, workdir, "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')\n"
-                          # resolved here: the image cannot use the local Slurm's nss_wrapper
-                          "export MASTER_ADDR=$(getent ahostsv4 \"$first\" | awk 'NR == 1 {print $1}')\n"
+    out = sbatch(lane, workdir, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')\n"
                           "export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))\n"
                           f"srun -N2 -n2 -l {CH_RUN} -b \"$PWD:/scratch\" -c /scratch {image} -- python3 ddp.py\n",
                  "-N2", "-n2")
@@ -76,3 +75,17 @@ def test_slurm_tmpdir_bound_into_the_image_is_written_through(lane: Lane, workdi
     hosts = ["node1", "node2"] if apart.mode() == "apart" else [os.uname().nodename] * 2
     assert lines == ["0: image read-only", f"0: outside: rank 0 on {hosts[0]}",
                      "1: image read-only", f"1: outside: rank 1 on {hosts[1]}"], out
+
+
+def test_lesson_helpers_find_the_image_or_say_how_to_build_it(image: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    from hpcnb.lessons import containers
+
+    monkeypatch.setenv(containers.IMAGE_ENV, str(image))
+    assert containers.image() == image.resolve()
+    assert containers.describe().startswith(f"image {image.resolve()} (Debian GNU/Linux 12 (bookworm), "
+                                            "torch 2.13.0+cpu), run by ch-run 0.")
+    monkeypatch.setenv(containers.IMAGE_ENV, str(tmp_path))  # not an image: no python3 in it
+    assert containers.image() is None
+    assert containers.describe() == f"ch-run {containers.runtime()}, but no course image: build it with " \
+                                    + containers.BUILD_HINT
