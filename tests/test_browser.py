@@ -15,6 +15,7 @@ with a token, with private Jupyter config/runtime folders, and is stopped by the
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -170,6 +171,27 @@ def run_all_cells(page, notebook) -> None:
                 raise
 
 
+@contextlib.contextmanager
+def _notebook_page(lab, name: str):
+    """Chromium on a notebook of the course's notebooks/ folder, its kernel up and idle: (page, notebook)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(120_000)
+            expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
+            page.goto(f"{lab['url']}/lab/tree/notebooks/{name}?token={lab['token']}")
+            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            expect(notebook.locator(".jp-Cell").first).to_be_visible()
+            # the kernel is up and idle (the toolbar's execution indicator)
+            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            yield page, notebook
+        finally:
+            browser.close()
+
+
 def test_server_lists_the_course_kernel(lab) -> None:
     specs = _get(f"{lab['url']}/api/kernelspecs", lab["token"])["kernelspecs"]
     assert COURSE_KERNEL in specs, f"`hpcnb kernel install` did not register the course kernel: {sorted(specs)}"
@@ -177,48 +199,36 @@ def test_server_lists_the_course_kernel(lab) -> None:
 
 
 def test_widget_in_jupyterlab(lab) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "browser-widget.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.set_default_timeout(120_000)
-            expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
-            page.goto(f"{lab['url']}/lab/tree/notebooks/watch-a-job.ipynb?token={lab['token']}")
-            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-            expect(notebook.locator(".jp-Cell").first).to_be_visible()
-            # the kernel is up and idle (the toolbar's execution indicator)
-            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
-            if lab["kernel"] == COURSE_KERNEL:
-                expect(notebook.locator(".jp-KernelName")).to_contain_text("hpcnb")
-            run_all_cells(page, notebook)
-            widget = notebook.locator(".hpcnb-job-widget")
-            expect(widget).to_be_visible()
-            expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)
-            # watch() did not block the kernel: the next cell ran while the job was still running
-            queue = notebook.locator(".hpcnb-queue-widget")
-            expect(queue.locator(".hpcnb-queue-table")).to_contain_text("widget-demo")
-            expect(queue.locator(".hpcnb-queue-table")).to_contain_text("RUNNING")
-            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
-            expect(widget.locator(".hpcnb-job-state")).not_to_contain_text("COMPLETED", timeout=1_000)
-            expect(widget.locator(".hpcnb-job-state")).to_contain_text("COMPLETED", timeout=120_000)
-            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
-            expect(widget.locator(".hpcnb-job-tail")).to_contain_text("done")
-            expect(widget.locator(".hpcnb-job-nodes")).to_contain_text("node")
-            expect(widget.locator(".hpcnb-job-time")).to_contain_text("0:30")
-            expect(widget.locator("button.hpcnb-job-cancel")).to_be_disabled()
-            expect(queue.locator(".hpcnb-queue-table")).not_to_contain_text("RUNNING", timeout=60_000)
-            # `!which sbatch` in the course kernel finds the local Slurm's command
-            which = notebook.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output")
-            if lab["kernel"] == COURSE_KERNEL:
-                expect(which).to_contain_text(str(Path(lab["bin"]) / "sbatch"))
-            widget.scroll_into_view_if_needed()
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with _notebook_page(lab, "watch-a-job.ipynb") as (page, notebook):
+        if lab["kernel"] == COURSE_KERNEL:
+            expect(notebook.locator(".jp-KernelName")).to_contain_text("hpcnb")
+        run_all_cells(page, notebook)
+        widget = notebook.locator(".hpcnb-job-widget")
+        expect(widget).to_be_visible()
+        expect(widget.locator(".hpcnb-job-state")).to_contain_text("RUNNING", timeout=60_000)
+        # watch() did not block the kernel: the next cell ran while the job was still running
+        queue = notebook.locator(".hpcnb-queue-widget")
+        expect(queue.locator(".hpcnb-queue-table")).to_contain_text("widget-demo")
+        expect(queue.locator(".hpcnb-queue-table")).to_contain_text("RUNNING")
+        expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
+        expect(widget.locator(".hpcnb-job-state")).not_to_contain_text("COMPLETED", timeout=1_000)
+        expect(widget.locator(".hpcnb-job-state")).to_contain_text("COMPLETED", timeout=120_000)
+        expect(widget.locator(".hpcnb-job-tail")).to_contain_text("hello from the widget")
+        expect(widget.locator(".hpcnb-job-tail")).to_contain_text("done")
+        expect(widget.locator(".hpcnb-job-nodes")).to_contain_text("node")
+        expect(widget.locator(".hpcnb-job-time")).to_contain_text("0:30")
+        expect(widget.locator("button.hpcnb-job-cancel")).to_be_disabled()
+        expect(queue.locator(".hpcnb-queue-table")).not_to_contain_text("RUNNING", timeout=60_000)
+        # `!which sbatch` in the course kernel finds the local Slurm's command
+        which = notebook.locator(".jp-Cell").nth(1).locator(".jp-OutputArea-output")
+        if lab["kernel"] == COURSE_KERNEL:
+            expect(which).to_contain_text(str(Path(lab["bin"]) / "sbatch"))
+        widget.scroll_into_view_if_needed()
+        page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     if lab["kernel"] != COURSE_KERNEL:
         pytest.skip("the course kernel could not be installed: ran on python3 and skipped the `which sbatch` check")
@@ -379,39 +389,29 @@ def test_tensorboard_opens_from_the_notebook(lab) -> None:
     scalars page draws the curves a real DDP job's rank 0 wrote."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("jupyter_server_proxy")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     nbformat.write(_tensorboard_lesson(lab["kernel"]), lab["notebooks"] / "watch-training.ipynb")
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "browser-tensorboard.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.set_default_timeout(120_000)
-            expect.set_options(timeout=120_000)
-            page.goto(f"{lab['url']}/lab/tree/notebooks/watch-training.ipynb?token={lab['token']}")
-            notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
-            expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
-            run_all_cells(page, notebook)
-            link = notebook.get_by_role("link", name="Open TensorBoard")
-            expect(link).to_be_visible(timeout=240_000)
-            summary = notebook.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output").first
-            expect(summary).to_contain_text("ddp-2: 1 event file(s)")
-            expect(summary).to_contain_text("train/batch_loss")
-            with page.expect_popup() as opened:
-                link.click()
-            board = opened.value
-            board.set_default_timeout(120_000)
-            assert re.search(r"/proxy/\d+/$", board.url), board.url
-            board.get_by_text(re.compile(r"^\s*scalars\s*$", re.IGNORECASE)).first.click()
-            for tag in ("train/batch_loss", "epoch/loss", "epoch/seconds"):  # the Time Series tab hides its own
-                expect(board.get_by_text(tag, exact=True).filter(visible=True).first).to_be_visible()
-            card = board.locator("tf-scalar-card").filter(has_text="train/batch_loss").filter(visible=True)
-            expect(card).to_have_count(1)
-            # the curve itself drawn: a line through the steps' points (Plottable's path.line)
-            expect(card.locator("path.line").first).to_have_attribute("d", re.compile(r"^M(?:[^L]*L){10,}"))
-            board.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with _notebook_page(lab, "watch-training.ipynb") as (page, notebook):
+        run_all_cells(page, notebook)
+        link = notebook.get_by_role("link", name="Open TensorBoard")
+        expect(link).to_be_visible(timeout=240_000)
+        summary = notebook.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output").first
+        expect(summary).to_contain_text("ddp-2: 1 event file(s)")
+        expect(summary).to_contain_text("train/batch_loss")
+        with page.expect_popup() as opened:
+            link.click()
+        board = opened.value
+        board.set_default_timeout(120_000)
+        assert re.search(r"/proxy/\d+/$", board.url), board.url
+        board.get_by_text(re.compile(r"^\s*scalars\s*$", re.IGNORECASE)).first.click()
+        for tag in ("train/batch_loss", "epoch/loss", "epoch/seconds"):  # the Time Series tab hides its own
+            expect(board.get_by_text(tag, exact=True).filter(visible=True).first).to_be_visible()
+        card = board.locator("tf-scalar-card").filter(has_text="train/batch_loss").filter(visible=True)
+        expect(card).to_have_count(1)
+        # the curve itself drawn: a line through the steps' points (Plottable's path.line)
+        expect(card.locator("path.line").first).to_have_attribute("d", re.compile(r"^M(?:[^L]*L){10,}"))
+        board.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
