@@ -182,7 +182,8 @@ def _notebook_page(lab, name: str):
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.set_default_timeout(120_000)
             expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
-            page.goto(f"{lab['url']}/lab/tree/notebooks/{name}?token={lab['token']}")
+            # reset: not the workspace an earlier test left (its notebooks, an open dialog)
+            page.goto(f"{lab['url']}/lab/tree/notebooks/{name}?reset&token={lab['token']}")
             notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             expect(notebook.locator(".jp-Cell").first).to_be_visible()
             # the kernel is up and idle (the toolbar's execution indicator)
