@@ -387,7 +387,8 @@ def test_device_batches_follow_the_datasets_recipe_on_the_device() -> None:
     x, y = batches[0]
     assert x.shape == (16, 3, 32, 32) and y.shape == (16,) and int(y.max()) < ds.classes
     assert abs(float(x.mean())) < 1e-4 and abs(float(x[0].std()) - 1) < 1e-3  # normalised per image
-    loop = tu.measure_loop(tu.Config(batch_size=8, data_on_device=True), ds, dev="cpu", epochs=1)
+    # max_seconds=None: every batch, however busy the machine (the 2 s cap stopped it at 32 samples once)
+    loop = tu.measure_loop(tu.Config(batch_size=8, data_on_device=True), ds, dev="cpu", epochs=1, max_seconds=None)
     assert loop["samples"] == 40 and loop["data_on_device"] is True
     with pytest.raises(ValueError, match="fewer than one batch"):
         tu.DeviceBatches(ds, 64, "cpu")
