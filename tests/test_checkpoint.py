@@ -306,3 +306,38 @@ def test_a_run_warned_before_training_is_requeued_once_more_not_twice(tmp_path: 
     assert stalled_twice(str(tmp_path))  # run 2, right after
     monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
     assert not stalled_twice(str(tmp_path))  # run 4, after a run 3 that trained
+
+
+class _GuardAtStep:
+    """A SignalGuard stand-in whose signal is seen from the ``n``-th look on (one look at start-up,
+    then one per step with --step-seconds 0)."""
+
+    signal, should_requeue = "SIGUSR1", True
+
+    def __init__(self, n: int) -> None:
+        self.looks, self.n, self.finished = 0, n, False
+
+    @property
+    def triggered(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.n
+
+    def finish(self, requeue: bool = True) -> None:
+        self.finished = True
+        raise SystemExit(0)
+
+
+def test_a_warning_at_the_last_step_finishes_instead_of_requeueing(tmp_path: Path, monkeypatch):
+    """Lesson 12 at a busy CI machine: SIGUSR1 arrived after step 240 of 240; the run saved, asked for
+    a requeue, and the next run found nothing to do: no result, no "finished" line."""
+    from hpcnb.scripts.ckpt_train import train
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--steps", "3", "--every", "5", "--step-seconds", "0", "--out", "done.json"]
+    last = _GuardAtStep(1 + 3)
+    assert train(last, args) == 0 and not last.finished
+    assert json.loads((tmp_path / "done.json").read_text())["steps"] == 3
+    earlier = _GuardAtStep(1 + 2)  # at step 2 of 3: save and requeue, as before
+    with pytest.raises(SystemExit):
+        train(earlier, [*args[:-1], "again.json", "--ckpt-dir", "ckpt2"])
+    assert earlier.finished and not (tmp_path / "again.json").exists()

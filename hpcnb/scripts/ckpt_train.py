@@ -119,7 +119,7 @@ def train(guard: SignalGuard, argv: list[str] | None) -> int:
         rest = args.step_seconds - (time.monotonic() - began)
         if rest > 0 and not guard.triggered:
             time.sleep(rest)
-        if guard.triggered:
+        if guard.triggered and done < args.steps:  # at the last step: finish, nothing left to requeue for
             ck.save(done, model, opt)
             if guard.should_requeue and warned_before_start:
                 # The warning came before this run had started training: start-up took longer than
