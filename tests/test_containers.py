@@ -16,8 +16,7 @@ from hpcnb.localslurm import apart
 
 BUILD = ROOT / "ci" / "build-container.sh"
 DDP = ROOT / "hpcnb" / "scripts" / "container_ddp.py"
-# the local Slurm preloads nss_wrapper (which the image has not) and puts the node names in each task's
-# /etc/hosts, which ch-run binds into the container, as lesson 3b's job does
+# the local Slurm preloads nss_wrapper so that node names resolve; the image has no such library
 CH_RUN = "ch-run --unset-env=LD_PRELOAD"
 
 
@@ -52,7 +51,9 @@ def sbatch(lane: Lane, workdir: Path, script: str, *options: str) -> str:
 
 def test_ddp_over_two_nodes_runs_inside_the_image(lane: Lane, workdir: Path, image: Path) -> None:
     shutil.copy(DDP, workdir / "ddp.py")
-    out = sbatch(lane, workdir, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')\n"
+    out = sbatch(lane, workdir, "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | awk 'NR == 1')\n"
+                          # resolved here, as lesson 3b's job does: the image may not know the node names
+                          "export MASTER_ADDR=$(getent ahostsv4 \"$first\" | awk 'NR == 1 {print $1}')\n"
                           "export MASTER_PORT=$((16000 + SLURM_JOB_ID % 16000))\n"
                           f"srun -N2 -n2 -l {CH_RUN} -b \"$PWD:/scratch\" -c /scratch {image} -- python3 ddp.py\n",
                  "-N2", "-n2")

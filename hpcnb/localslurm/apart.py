@@ -38,14 +38,13 @@ SETTING = "HPCNB_NODES"
 
 class NodeView:
     """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, ``keep`` (top-level
-    ``/tmp`` folders standing for shared file systems) where they were, ``net``: the node's own
-    network, or None for the machine's, and then ``hosts`` (if any) as ``/etc/hosts``."""
+    ``/tmp`` folders standing for shared file systems) where they were, and ``net``: the node's own
+    network, or None for the machine's."""
 
-    __slots__ = ("node", "tmp", "keep", "net", "hosts")
+    __slots__ = ("node", "tmp", "keep", "net")
 
-    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None,
-                 hosts: str | None = None) -> None:
-        self.node, self.tmp, self.keep, self.net, self.hosts = node, tmp, keep, net, hosts
+    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None) -> None:
+        self.node, self.tmp, self.keep, self.net = node, tmp, keep, net
 
 
 @functools.cache
@@ -94,8 +93,6 @@ def enter(view: NodeView) -> None:
         for hosts in ("/etc/hosts", view.net.nss_hosts):
             if os.path.isfile(hosts):
                 _check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
-    elif view.hosts:  # the node names in /etc/hosts too (names.etc_hosts)
-        _check(libc.mount(view.hosts.encode(), b"/etc/hosts", None, MS_BIND, None), "mount /etc/hosts")
 
 
 def _join(libc: Any, path: str, kind: int) -> None:
@@ -185,9 +182,6 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     req = job["req"]
     env = req.get("env") or {}
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
-    from . import names  # here: names needs the cluster's modules, which a task's own enter() does not
-
-    net = network.node_net(node)
     return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage),
-                    net, None if net else names.etc_hosts(list(cluster.nodes)))
+                    network.node_net(node))
 

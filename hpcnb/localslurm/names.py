@@ -91,31 +91,6 @@ def _find_resolver(names: list[str]) -> dict[str, str]:
     return {"library": library, "hosts": str(hosts)}
 
 
-NODES_MARK = "# the local Slurm's virtual nodes (hpcnb)\n"
-
-
-def etc_hosts(names: list[str]) -> str | None:
-    """A file for a task's own ``/etc/hosts`` (:mod:`.apart`): the machine's, plus the node names at
-    127.0.0.1 and ::1. nss_wrapper serves programs that use the C library's resolver; this also
-    serves those that read ``/etc/hosts`` themselves, e.g. a container's (``ch-run`` binds the
-    host's). None where the names resolve without help, or there is no way to do it."""
-    if not _resolver(names):
-        return None
-    try:
-        base = open("/etc/hosts").read().split(NODES_MARK)[0]  # inside a task: the machine's part
-    except OSError:
-        base = ""
-    text = base.rstrip("\n") + "\n" + NODES_MARK + "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
-    path = paths.state_dir() / "etc-hosts"
-    try:
-        if path.read_text() == text:
-            return str(path)
-    except OSError:
-        pass
-    paths.write_private(path, text)
-    return str(path)
-
-
 def status(cluster: Cluster) -> tuple[bool, str]:
     names = list(cluster.nodes)
     if all(resolves(n) for n in names):
