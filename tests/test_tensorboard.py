@@ -74,6 +74,6 @@ def test_a_taken_port_fails_with_the_boards_own_words(tmp_path: Path) -> None:
 
 
 def test_show_says_why_where_there_is_nothing_to_show(tmp_path: Path) -> None:
-    assert tensorboard.show(tmp_path / "none") == f"no {tmp_path / 'none'} folder: the job wrote no event files (see its output)"
+    assert tensorboard.show(tmp_path / "none") == f"no such folder: {tmp_path / 'none'}: the job wrote no event files (see its output)"
     with pytest.raises(FileNotFoundError, match="no such folder"):
         tensorboard.start(tmp_path / "none")

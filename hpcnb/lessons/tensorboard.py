@@ -37,9 +37,14 @@ START_TIMEOUT_S = 90.0
 NOT_INSTALLED = "tensorboard is not installed in this Python (pip install tensorboard): no scalars written"
 
 
+def installed() -> bool:
+    """Whether this Python has tensorboard (the board and the writer need it)."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def writer(logdir: str | os.PathLike, **kw: Any):
     """A ``SummaryWriter`` for ``logdir``, or ``None`` (saying why on stdout) without ``tensorboard``."""
-    if importlib.util.find_spec("tensorboard") is None:
+    if not installed():
         print(NOT_INSTALLED, flush=True)
         return None
     from torch.utils.tensorboard import SummaryWriter
@@ -176,11 +181,10 @@ def start(logdir: str | os.PathLike, *, port: int | None = None, timeout: float 
     """Run ``tensorboard --logdir LOGDIR`` on 127.0.0.1 beside this kernel; wait until it answers.
 
     Raises ``RuntimeError`` with the board's own output if it exits or does not answer in ``timeout`` s."""
-    if importlib.util.find_spec("tensorboard") is None:
-        raise RuntimeError("tensorboard is not installed in this kernel's Python: pip install tensorboard")
     folder = Path(logdir).resolve()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no such folder: {folder} (a job writes it with tensorboard.writer)")
+    why = _cannot_start(folder)
+    if why:
+        raise (FileNotFoundError if installed() else RuntimeError)(why)
     port = port or _free_port()
     log = tempfile.TemporaryFile()  # the board's output: read back only if it fails to start
     process = subprocess.Popen(
@@ -203,10 +207,15 @@ def start(logdir: str | os.PathLike, *, port: int | None = None, timeout: float 
     return board
 
 
+def _cannot_start(folder: Path) -> str | None:
+    """Why no board can run for ``folder`` here, or None."""
+    if not installed():
+        return "tensorboard is not installed in this kernel's Python (pip install tensorboard): no board here"
+    if not folder.is_dir():
+        return f"no such folder: {folder}: the job wrote no event files (see its output)"
+    return None
+
+
 def show(logdir: str | os.PathLike) -> Board | str:
     """:func:`start`, or where the board cannot run here, a line saying why (the lesson goes on)."""
-    if importlib.util.find_spec("tensorboard") is None:
-        return "tensorboard is not installed in this kernel's Python (pip install tensorboard): no board here"
-    if not Path(logdir).is_dir():
-        return f"no {logdir} folder: the job wrote no event files (see its output)"
-    return start(logdir)
+    return _cannot_start(Path(logdir).resolve()) or start(logdir)
