@@ -79,6 +79,28 @@ def test_what_the_sandbox_sees(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen["loopback"] == "ok"  # torch DDP and the local Slurm need it
 
 
+def test_user_namespaces_nest_but_open_nothing_the_sandbox_closes() -> None:
+    """Jobs in a sandbox run on nodes apart and in containers, which need user namespaces; as root of
+    one, a submission still cannot write, remount or see what the sandbox keeps from it."""
+    code = f"""
+        import subprocess
+        from hpcnb.localslurm import apart
+        print(apart.probe())
+        inside = ("mount -o remount,rw / 2>&1 | head -n 1; touch /etc/passwd /usr/x 2>&1;"
+                  "ls {SOLUTIONS_DIR} 2>&1; id -u")
+        print(subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inside],
+                             capture_output=True, text=True).stdout)
+    """
+    done = in_sandbox(code)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "apart", done.stdout
+    assert "permission denied" in lines[1], done.stdout
+    assert lines[2:4] == ["touch: cannot touch '/etc/passwd': Read-only file system",
+                          "touch: cannot touch '/usr/x': Read-only file system"], done.stdout
+    assert "No such file or directory" in lines[4] and lines[5] == "0", done.stdout
+
+
 def test_processes_are_counted_per_sandbox_and_end_with_it() -> None:
     """One sandbox's fork bomb takes its own process slots only; a setsid double fork dies with it."""
     hog = """

@@ -12,9 +12,12 @@ the kernel when it runs, as in any Jupyter session.
   other users), then becomes the user ``hpcnb-grader`` (created if missing); otherwise it stays the
   user it is, and bubblewrap's user namespace keeps everything else out of sight just the same;
 * it execs ``bwrap`` with new user, mount, pid, network (only a loopback that is up), IPC, UTS and
-  cgroup namespaces, ``--die-with-parent``, no further user namespaces; the root holds read-only
+  cgroup namespaces and ``--die-with-parent``; user namespaces nest inside it, as on a cluster's
+  compute nodes (the local Slurm's nodes apart and Charliecloud need them: without them a job's
+  ``/tmp`` would be shared by its nodes and a mistake that fails on a cluster would pass here), bounded
+  by the sandbox's limits; the root holds read-only
   binds of ``/usr``, a few ``/etc`` files, the Python prefixes and the ``hpcnb`` package (not the
-  course checkout: no ``solutions/``, no tests), a generated ``/etc/passwd``, ``/etc/group`` and
+  course checkout: no ``solutions/``, no tests), the course's container image (lesson 3b), a generated ``/etc/passwd``, ``/etc/group`` and
   ``/etc/hosts``, and size-limited tmpfs for the home, ``/tmp`` and ``/dev/shm``; the rest is
   read-only. The environment is rebuilt from nothing (no tokens, agents or paths of the grader);
 * before, the launcher enters a cgroup of its own where one can be made (:mod:`hpcnb.course.cgroup`):
@@ -158,6 +161,14 @@ def _python_dirs() -> list[Path]:
     return sorted({p for p in found if p.exists() and not _under(p, Path("/usr"))})
 
 
+def _container_images() -> list[Path]:
+    """The folder of the course's Charliecloud image (world-readable), where it is built."""
+    from hpcnb.lessons import containers
+
+    found = containers.image()
+    return [found.parent] if found else []
+
+
 def _under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -167,7 +178,7 @@ def bind_sources() -> list[Path]:
     paths = [Path("/usr")]
     paths += [Path("/etc") / name for name in ETC_FILES if (Path("/etc") / name).exists()]
     paths += [Path("/sys/devices/system/cpu")] if Path("/sys/devices/system/cpu").is_dir() else []
-    dirs = [p for p in _python_dirs() if not any(_under(p, q) for q in paths)]
+    dirs = [p for p in [*_python_dirs(), *_container_images()] if not any(_under(p, q) for q in paths)]
     return paths + [p for p in dirs if not any(q != p and _under(p, q) for q in dirs)]
 
 
@@ -201,7 +212,7 @@ def _text_files(uid: int, gid: int) -> dict[str, str]:
 def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limits, env: dict[str, str],
                command: list[str], info_fd: int | None = None) -> list[str]:
     """The bwrap command line: ``sources`` maps each sandbox path to the host path bound there."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent",
             "--new-session", "--hostname", HOSTNAME]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
@@ -219,7 +230,10 @@ def bwrap_argv(sources: dict[Path, str], data_fds: dict[str, int], limits: Limit
     for dest, src in sources.items():
         argv += ["--ro-bind", src, str(dest)]
     for dest, fd in data_fds.items():
-        argv += ["--ro-bind-data", str(fd), dest]
+        # /etc's files are plain files of the (then read-only) root: a container runtime inside binds
+        # /etc/hosts and /etc/passwd into its image, which a bind of bwrap's deleted copy refuses (ENOENT)
+        argv += ["--perms", "0644", "--file", str(fd), dest] if dest.startswith("/etc/") \
+            else ["--ro-bind-data", str(fd), dest]
     argv += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", HOME, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
