@@ -67,7 +67,15 @@ _setup-venv:
 # Jupyter refuses to run as root without --allow-root (root containers, CI).
 LAB_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# lesson 3b's Charliecloud image (as root, about a minute once, then cached; ci/build-container.sh):
+# without it the lesson skips its container job and exercise 3b.3 cannot be done or graded
+define container-image
+	@bash ci/build-container.sh >/dev/null || echo "make: no container image: lesson 3b skips its container job," \
+	    "exercise 3b.3 cannot run (as root: bash ci/build-container.sh)" >&2
+endef
+
 lab: setup
+	$(container-image)
 	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT_FLAG) --LabApp.default_url=/lab/tree/notebooks
 
 # The tests.  pytest's exit code 5 means "no tests collected"; it is reported but not treated as
@@ -103,6 +111,7 @@ define nbval-lessons
 endef
 
 test: setup
+	$(container-image)
 	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
 	$(nbval-lessons)
 
@@ -135,11 +144,12 @@ test-lessons-site: setup
 test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),
-# each run in the course kernel on a local Slurm (about 10 min on 2 cores: 152 mutants). MUTANTS=all also runs
+# each run in the course kernel on a local Slurm (about 10 min on 2 cores: 156 mutants). MUTANTS=all also runs
 # every exercise with its real solution, and autogrades each solution notebook with one exercise's
 # answer made wrong at a time (tests/test_grading.py; about 25 min more).
 MUTANTS ?= 1
 test-mutants: setup
+	$(container-image)
 	$(call pytest,-n 2 --durations=10 tests/test_mutants.py $(if $(filter all,$(MUTANTS)),tests/test_grading.py),mutants)
 test-mutants: export HPCNB_MUTANTS = $(MUTANTS)
 
@@ -158,6 +168,7 @@ test-parity-2411: setup
 # start again, time limits and --signal count in minutes (lesson 12's cells take up to ~5 min).
 REAL_CELL_LIMIT ?= 600
 test-real-course: setup
+	$(container-image)
 	CELL_LIMIT=$(REAL_CELL_LIMIT) RUN_LIMIT=$(RUN_LIMIT) bash ci/real-course.sh
 
 # make portal: a workshop's JupyterHub on this machine (as root), in the foreground: a login page,

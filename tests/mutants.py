@@ -166,6 +166,15 @@ MUTANTS: list[Mutant] = [
            (("/fsx/$USER/cache/pip", "/fsx/jdoe/cache/pip"),), shows="3b.2: PIP_CACHE_DIR=/fsx/jdoe/cache/pip"),
     Mutant("03b", "ex2-solution", "no-srun", "runs the download in the batch shell, not as a step",
            (("srun python fetch_weights.py", "python fetch_weights.py"),), shows="3b.2: keep the job's own line"),
+    Mutant("03b", "ex3-solution", "host-python", "runs python3 on the host: the step never enters the image",
+           ((' ch-run --unset-env=LD_PRELOAD -b "$PWD:/scratch" -b "${SLURM_TMPDIR:-/tmp}:/localscratch" -c /scratch '
+             '\\\\\n    "$IMAGE" -- python3', " python3"),), shows="not inside the image"),
+    Mutant("03b", "ex3-solution", "no-work-bind", "binds nothing of the job's folder: the image has no inside.py",
+           (('-b "$PWD:/scratch" ', ""), ("-c /scratch ", "")), shows="did not find inside.py"),
+    Mutant("03b", "ex3-solution", "no-localscratch", "binds no local disk: /localscratch is the image's, read-only",
+           ((' -b "${SLURM_TMPDIR:-/tmp}:/localscratch"', ""),), shows="the image is read-only"),
+    Mutant("03b", "ex3-solution", "no-srun", "runs ch-run in the batch shell: one container, on the first node",
+           (("srun ch-run", "ch-run"),), shows="expected one from each of the 2 nodes"),
     # ------------------------------------------------------- 04 interactive salloc/srun
     Mutant("04", "ex1-solution", "two-tasks", "asks for one task per node: two tasks, not four",
            (("--ntasks-per-node=2", "--ntasks=2"),), shows="expected four node names"),
