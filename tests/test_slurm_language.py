@@ -317,3 +317,17 @@ def test_unknown_features_are_named() -> None:
 def test_bad_constraints_are_refused(text: str) -> None:
     with pytest.raises(constraints.ConstraintError):
         constraints.parse_constraint(text)
+
+
+@pytest.mark.parametrize("text, counts", [("2(x2),1", [2, 2, 1]), ("4", [4]), ("1,3(x3)", [1, 3, 3, 3])])
+def test_per_node_counts_round_trip(text: str, counts: list[int]) -> None:
+    from hpcnb.slurm.counts import compress_counts, expand_counts
+
+    assert expand_counts(text) == counts and compress_counts(counts) == text
+
+
+def test_per_node_counts_refuse_other_text() -> None:
+    from hpcnb.slurm.counts import expand_counts
+
+    with pytest.raises(ValueError, match="not a Slurm per-node count: '2x2'"):
+        expand_counts("2x2")

@@ -12,6 +12,8 @@ from typing import Any
 
 import hostlist
 
+from hpcnb.slurm.counts import compress_counts
+
 from . import paths
 from .cluster import Cluster
 
@@ -26,20 +28,6 @@ MPI_LAUNCHER_VARS = {
     "PRTE_MCA_plm_slurm_args": "--external-launcher",
 }
 UNLIMITED_END_S = 365 * 86400  # SLURM_JOB_END_TIME of a job without a time limit: a year after its start
-
-
-def compress_counts(counts: list[int]) -> str:
-    """[2, 2, 1] -> ``2(x2),1`` (Slurm's SLURM_TASKS_PER_NODE style)."""
-    out: list[str] = []
-    i = 0
-    while i < len(counts):
-        j = i
-        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
-            j += 1
-        run = j - i + 1
-        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
-        i = j + 1
-    return ",".join(out)
 
 
 def slurm_conf_path() -> str:
