@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -295,6 +296,45 @@ def test_horovod_gloo_matches_ddp(workdir: Path) -> None:
     _job(["-N1", "--ntasks-per-node=1", "--wrap",
           f"srun {py} -m hpcnb.scripts.ddp_train --batch 128 --lr 0.1 --out ddp"], workdir)
     assert training.max_weight_difference(workdir / "ddp", workdir / "hvd") < TOLERANCE
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.skipif(not _horovod_ok(), reason="Horovod not installed (bash ci/build-horovod.sh .venv)")
+def test_horovod_under_srun_runs_a_slurm_task_per_worker(workdir: Path) -> None:
+    """srun starts the workers (no horovodrun): each on the node Slurm placed it, as a task of step 0."""
+    from hpcnb.lessons import training
+    from hpcnb.localslurm import apart
+
+    done = run(["sbatch", "--parsable", "--wait", "--time=5:00", "-o", "job-%j.out", "-N2", "--ntasks-per-node=2",
+                "--wrap", f"srun -l {sys.executable} -m hpcnb.scripts.horovod_train --epochs 1 --out hvd"], timeout=300)
+    job_id = done.stdout.strip().split(";")[0]
+    out = (workdir / f"job-{job_id}.out").read_text()
+    assert done.returncode == 0, out
+    hvd = training.load_result(workdir / "hvd")
+    assert hvd["world_size"] == 4 and hvd["launcher"] == "srun" and hvd["lr"] == pytest.approx(0.1), out
+    if apart.mode() == "apart":
+        assert hvd["hosts"] == ["node1", "node1", "node2", "node2"], out
+    for rank in range(4):
+        assert re.search(rf"(?m)^{rank}: rank {rank}/4 \(local rank {rank % 2}\) on \S+$", out), out
+    steps = run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,NTasks,NNodes,State"]).stdout
+    assert f"{job_id}.0|4|2|COMPLETED" in steps.splitlines(), steps
+
+
+@pytest.mark.skipif(not _horovod_ok(), reason="Horovod not installed (bash ci/build-horovod.sh .venv)")
+def test_horovod_under_srun_needs_ranks_node_by_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Horovod numbers ranks node by node; a cyclic srun (rank 1 on node2) must fail, not train wrong."""
+    from hpcnb.lessons import distributed
+
+    monkeypatch.setattr(distributed, "hostnames", lambda nodelist: ["node1", "node2"])
+    monkeypatch.delenv("HOROVOD_RANK", raising=False)
+    for name, value in dict(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="node[1-2]", SLURM_STEP_NODELIST="node[1-2]",
+                            SLURM_PROCID="1", SLURM_LOCALID="0", SLURM_NODEID="1", SLURM_NTASKS="4",
+                            SLURM_NNODES="2", SLURM_STEP_TASKS_PER_NODE="2(x2)").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(distributed.SlurmContextError, match="rank 1 is task 0 of node2, where Horovod counts "
+                                                            "ranks node by node: .*--distribution=block"):
+        distributed.horovod_from_slurm()
 
 
 def test_horovod_script_says_how_to_install_when_missing(tmp_path: Path) -> None:

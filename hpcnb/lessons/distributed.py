@@ -1,5 +1,5 @@
 """Lessons 8, 10, 11 and 13, inside their jobs: torch.distributed from Slurm's variables: ranks,
-world size, a master address and a port that can't clash.
+world size, a master address and a port that can't clash; and Horovod's gloo workers started by srun.
 
 Slurm never sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; this module derives them the way the
 lessons teach: ranks from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS, the first host of the job from
@@ -11,8 +11,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from hpcnb.slurm.counts import expand_counts
 
 if TYPE_CHECKING:
     import torch
@@ -41,9 +44,13 @@ def job_port(job_id: int) -> int:
     return PORT_BASE + job_id % PORT_SPAN
 
 
-def first_host(nodelist: str) -> str:
+def hostnames(nodelist: str) -> list[str]:
     out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()[0]
+    return out.stdout.split()
+
+
+def first_host(nodelist: str) -> str:
+    return hostnames(nodelist)[0]
 
 
 def slurm_world(env: dict[str, str] | None = None) -> World:
@@ -147,3 +154,54 @@ def leave(code: int = 0) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def horovod_from_slurm() -> Any:
+    """Give each Horovod gloo worker that ``srun`` started (one task per worker) what ``horovodrun``
+    would: its ranks (``HOROVOD_RANK``, ``_LOCAL_RANK``, ``_CROSS_RANK`` ... from Slurm's), and the
+    rendezvous, which rank 0 serves on the step's first node at the job's port (as DDP's
+    MASTER_PORT). Call it before ``hvd.init()``; rank 0 gets the server back (keep it until
+    ``hvd.shutdown()``), the others None. Under ``horovodrun`` (``HOROVOD_RANK`` set) or outside
+    Slurm (one worker) it does nothing."""
+    if "HOROVOD_RANK" in os.environ or "SLURM_PROCID" not in os.environ:
+        return None
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+    world = slurm_world()
+    hosts = hostnames(os.environ.get("SLURM_STEP_NODELIST") or os.environ["SLURM_JOB_NODELIST"])
+    per_node = expand_counts(os.environ.get("SLURM_STEP_TASKS_PER_NODE") or os.environ["SLURM_TASKS_PER_NODE"])
+    slots = get_host_assignments(parse_hosts(",".join(f"{h}:{n}" for h, n in zip(hosts, per_node))),
+                                 world.world_size)
+    me = slots[world.rank]
+    if (me.hostname, me.local_rank) != (hosts[world.node_rank], world.local_rank):
+        raise SlurmContextError(f"rank {world.rank} is task {world.local_rank} of {hosts[world.node_rank]}, where "
+                                "Horovod counts ranks node by node: start the step with srun --distribution=block")
+    check_resolves(hosts[0], world.master_port)
+    address = socket.gethostbyname(hosts[0])
+    os.environ.update(
+        HOROVOD_GLOO_RENDEZVOUS_ADDR=address, HOROVOD_GLOO_RENDEZVOUS_PORT=str(world.master_port),
+        HOROVOD_GLOO_IFACE=interface_towards(address), HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo",
+        HOROVOD_HOSTNAME=me.hostname, HOROVOD_RANK=str(me.rank), HOROVOD_SIZE=str(me.size),
+        HOROVOD_LOCAL_RANK=str(me.local_rank), HOROVOD_LOCAL_SIZE=str(me.local_size),
+        HOROVOD_CROSS_RANK=str(me.cross_rank), HOROVOD_CROSS_SIZE=str(me.cross_size))
+    if world.rank != 0:
+        return None
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+    server = RendezvousHTTPServer(("", world.master_port), RendezvousHandler, False)
+    server.init(slots)
+    threading.Thread(target=server.serve_forever, name="horovod-rendezvous", daemon=True).start()
+    return server
+
+
+def interface_towards(address: str) -> str:
+    """The name of this host's network interface that reaches ``address`` (Horovod's gloo binds to it)."""
+    import psutil
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((address, 9))  # UDP: no packet is sent, the kernel only picks the route
+        local = probe.getsockname()[0]
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == local for a in addresses):
+            return name
+    raise SlurmContextError(f"no network interface of this host has {local}, the address towards {address}")

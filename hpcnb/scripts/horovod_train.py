@@ -1,4 +1,5 @@
-"""Train the tiny model with Horovod: ``horovodrun --gloo -np N -H node1:2,node2:2 python -m hpcnb.scripts.horovod_train``.
+"""Train the tiny model with Horovod: ``horovodrun --gloo -np N -H node1:2,node2:2 python -m hpcnb.scripts.horovod_train``,
+or ``srun python -m hpcnb.scripts.horovod_train`` (one Slurm task per worker).
 
 Horovod's recipe: ``hvd.init()``; one device per process (``hvd.local_rank()``); a fixed batch
 *per worker*, so the global batch grows with ``hvd.size()`` and the learning rate is scaled by
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb.lessons import training
-from hpcnb.lessons.distributed import pick_device
+from hpcnb.lessons.distributed import horovod_from_slurm, pick_device
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -30,16 +31,19 @@ parser.add_argument("--base-lr", type=float, default=0.025, help="the learning r
 parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt")
 args = parser.parse_args()
 
+launcher = "horovodrun" if "HOROVOD_RANK" in os.environ else "srun"
+rendezvous = horovod_from_slurm()  # under srun: the ranks from Slurm's, rank 0 serves the rendezvous
 hvd.init()
 # GPU tensors need a Horovod built with NCCL (HOROVOD_GPU_OPERATIONS=NCCL); ci/build-horovod.sh
 # builds one where CUDA is present. Without it, gradients stay on the CPU, even on a GPU node.
 device = pick_device(hvd.local_rank()) if hvd.nccl_built() else torch.device("cpu")
 training.use_slurm_cpus()
-host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()  # the host horovodrun meant (-H)
+host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()  # the host horovodrun meant (-H), or Slurm's node
 hosts = hvd.allgather_object(host)
 here = socket.gethostname()  # the host it runs on: not the same where horovodrun took node2 for local
+meant = "horovodrun's host" if launcher == "horovodrun" else "Slurm's node"
 print(f"rank {hvd.rank()}/{hvd.size()} (local rank {hvd.local_rank()}) on {here}"
-      + (f" (horovodrun's host {host})" if here != host else ""), flush=True)
+      + (f" ({meant} {host})" if here != host else ""), flush=True)
 
 data = training.make_dataset()
 sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=True, seed=training.SEED)
@@ -68,7 +72,7 @@ if hvd.rank() == 0:  # only rank 0 writes: every worker holds the same weights
     training.save_result(args.out, model, world_size=hvd.size(), seconds=seconds, epoch_seconds=epoch_seconds,
                          epochs=args.epochs, batch=args.batch_per_worker * hvd.size(), lr=lr, losses=losses,
                          nodes=sorted(set(hosts)), hosts=hosts, backend="gloo" if hvd.gloo_enabled() else "mpi",
-                         launcher="horovodrun")
+                         launcher=launcher)
     print(f"trained in {seconds:.2f} s", flush=True)
 hvd.shutdown()  # Horovod's own teardown: its background thread stops here
 sys.stdout.flush()
