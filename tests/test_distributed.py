@@ -179,3 +179,23 @@ def test_scripts_that_hung_on_an_unresolvable_node_now_fail_with_the_message(tmp
                           capture_output=True, text=True, timeout=100, env=run_env, cwd=tmp_path)
     assert done.returncode != 0
     assert f"the first node '{UNRESOLVABLE}' does not resolve; on the local Slurm run `hpcnb check-names`" in done.stderr
+
+
+def test_workers_wait_for_a_rendezvous_that_starts_late() -> None:
+    """Horovod's own client gives up after 1.5 s; a rank 0 slow to start must not fail the others."""
+    import socket
+    import threading
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = socket.socket()
+    late = threading.Timer(2.0, lambda: (server.bind(("127.0.0.1", port)), server.listen()))
+    late.start()
+    try:
+        distributed.wait_for_server("127.0.0.1", port, timeout=30, what="the rendezvous")
+    finally:
+        late.join()
+        server.close()
+    with pytest.raises(distributed.SlurmContextError, match=rf"the rendezvous at 127.0.0.1:{port} did not answer in 1 s"):
+        distributed.wait_for_server("127.0.0.1", port, timeout=1, what="the rendezvous")

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -20,6 +21,7 @@ from hpcnb.slurm.counts import expand_counts
 if TYPE_CHECKING:
     import torch
 
+RENDEZVOUS_WAIT_S = 120.0  # how long Horovod's workers wait for rank 0 to serve the rendezvous
 PORT_BASE, PORT_SPAN = 16000, 16000  # 16000-31999: below Linux's ephemeral ports (32768-60999); Lightning
 # takes 15000 + the job id's last four digits (15000-24999), unless MASTER_PORT is set (lesson 8)
 
@@ -184,7 +186,8 @@ def horovod_from_slurm() -> Any:
         HOROVOD_HOSTNAME=me.hostname, HOROVOD_RANK=str(me.rank), HOROVOD_SIZE=str(me.size),
         HOROVOD_LOCAL_RANK=str(me.local_rank), HOROVOD_LOCAL_SIZE=str(me.local_size),
         HOROVOD_CROSS_RANK=str(me.cross_rank), HOROVOD_CROSS_SIZE=str(me.cross_size))
-    if world.rank != 0:
+    if world.rank != 0:  # Horovod tries the rendezvous for 1.5 s only: wait for rank 0 to serve it
+        wait_for_server(address, world.master_port, RENDEZVOUS_WAIT_S, what="Horovod's rendezvous (rank 0)")
         return None
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
@@ -192,6 +195,19 @@ def horovod_from_slurm() -> Any:
     server.init(slots)
     threading.Thread(target=server.serve_forever, name="horovod-rendezvous", daemon=True).start()
     return server
+
+
+def wait_for_server(address: str, port: int, timeout: float, what: str) -> None:
+    """Return once ``address:port`` accepts a connection; SlurmContextError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=5).close()
+            return
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise SlurmContextError(f"{what} at {address}:{port} did not answer in {timeout:g} s: {err}") from None
+        time.sleep(0.2)
 
 
 def interface_towards(address: str) -> str:
