@@ -102,7 +102,8 @@ def _settle(side: Side, wd: Path, job_id: str) -> list[str]:
     """The job's tasks as ``STATE REASON`` once final, or once a pending one has its reason; then cancel.
 
     The real slurmctld may first say PartitionConfig and a second later the precise reason
-    (PartitionNodeLimit, PartitionTimeLimit): a pending job is looked at again after 3 s.
+    (PartitionNodeLimit, PartitionTimeLimit): a pending job is looked at again after 3 s. A job
+    COMPLETING already has its reason (``COMPLETING NonZeroExitCode``) but is not final yet.
     """
     def now() -> list[str]:
         res = side.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", "%T %r"], wd)
@@ -112,7 +113,8 @@ def _settle(side: Side, wd: Path, job_id: str) -> list[str]:
     lines: list[str] = []
     while time.time() < end:
         lines = now()
-        if lines and all(x.split()[0] in FINAL_STATES or not x.endswith(" None") for x in lines):
+        if lines and all(x.split()[0] in FINAL_STATES or (x.split()[0] != "COMPLETING" and not x.endswith(" None"))
+                         for x in lines):
             if any(x.startswith("PENDING") for x in lines):
                 time.sleep(3)
                 lines = now()
