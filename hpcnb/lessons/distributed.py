@@ -158,6 +158,11 @@ def leave(code: int = 0) -> NoReturn:
     os._exit(code)
 
 
+def launched_by_horovodrun() -> bool:
+    """Whether horovodrun started this process (it gives every worker its ``HOROVOD_RANK``)."""
+    return "HOROVOD_RANK" in os.environ
+
+
 def horovod_from_slurm() -> Any:
     """Give each Horovod gloo worker that ``srun`` started (one task per worker) what ``horovodrun``
     would: its ranks (``HOROVOD_RANK``, ``_LOCAL_RANK``, ``_CROSS_RANK`` ... from Slurm's), and the
@@ -165,7 +170,7 @@ def horovod_from_slurm() -> Any:
     MASTER_PORT). Call it before ``hvd.init()``; rank 0 gets the server back (keep it until
     ``hvd.shutdown()``), the others None. Under ``horovodrun`` (``HOROVOD_RANK`` set) or outside
     Slurm (one worker) it does nothing."""
-    if "HOROVOD_RANK" in os.environ or "SLURM_PROCID" not in os.environ:
+    if launched_by_horovodrun() or "SLURM_PROCID" not in os.environ:
         return None
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from hpcnb.lessons import training
-from hpcnb.lessons.distributed import horovod_from_slurm, pick_device
+from hpcnb.lessons.distributed import horovod_from_slurm, launched_by_horovodrun, pick_device
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
@@ -31,7 +31,7 @@ parser.add_argument("--base-lr", type=float, default=0.025, help="the learning r
 parser.add_argument("--out", default="result", help="writes OUT.json and OUT.pt")
 args = parser.parse_args()
 
-launcher = "horovodrun" if "HOROVOD_RANK" in os.environ else "srun"
+launcher = "horovodrun" if launched_by_horovodrun() else "srun"
 rendezvous = horovod_from_slurm()  # under srun: the ranks from Slurm's, rank 0 serves the rendezvous
 hvd.init()
 # GPU tensors need a Horovod built with NCCL (HOROVOD_GPU_OPERATIONS=NCCL); ci/build-horovod.sh
