@@ -1,12 +1,13 @@
 """Local Slurm and hpcnb latency benchmark; prints a markdown table (not a test).
 
-    .venv/bin/python benchmarks/bench.py [--runs 20] [--array 200] [--nodes shared|own-network]
+    .venv/bin/python benchmarks/bench.py [--runs 20] [--array 200] [--nodes shared|shared-network]
 
 It runs against a private local Slurm (a temporary HPCNB_STATE_DIR, the local commands first on
 PATH) and resets it afterwards with ``python -m hpcnb.cli slurm reset``. Its virtual nodes are apart
-(each its own hostname and ``/tmp``) where this machine allows it; ``--nodes shared`` measures them
-shared (``HPCNB_NODES=shared``), for the cost of the isolation; ``--nodes own-network`` gives each node its
-own network too (``HPCNB_NODE_NETWORK=own``). Reference figures are
+(each its own hostname, ``/tmp`` and network) where this machine allows it; ``--nodes shared``
+measures them shared (``HPCNB_NODES=shared``), for the cost of the isolation; ``--nodes
+shared-network`` keeps them apart but on this machine's network (``HPCNB_NODE_NETWORK=shared``).
+Reference figures are
 from the real Slurm 22.05.8 of ``ci/real-slurm.sh`` on the same kind of 2-core machine.
 """
 from __future__ import annotations
@@ -139,8 +140,8 @@ def environment(state: Path, nodes: str) -> dict[str, str]:
     env.pop("HPCNB_NODE_NETWORK", None)
     if nodes == "shared":
         env["HPCNB_NODES"] = "shared"
-    elif nodes == "own-network":
-        env["HPCNB_NODE_NETWORK"] = "own"
+    elif nodes == "shared-network":
+        env["HPCNB_NODE_NETWORK"] = "shared"
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what users get: commands load cached bytecode
     folder = subprocess.run([PY, "-m", "hpcnb.cli", "slurm-path"], env=env, cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -153,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="repetitions of the latency measurements")
     parser.add_argument("--array", type=int, default=200, help="tasks in the array measurement")
     parser.add_argument("--imports", type=int, default=10, help="repetitions of `import hpcnb`")
-    parser.add_argument("--nodes", choices=("auto", "shared", "own-network"), default="auto",
-                        help="virtual nodes apart where the machine allows it (auto), shared, or apart "
-                             "with a network each")
+    parser.add_argument("--nodes", choices=("auto", "shared", "shared-network"), default="auto",
+                        help="virtual nodes apart, each with its own network, where the machine allows it "
+                             "(auto), shared, or apart on this machine's network")
     opts = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="hpcnb-bench-"))
     state, work = tmp / "state", tmp / "work"

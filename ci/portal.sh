@@ -135,7 +135,11 @@ cmd_run() {
     log "portal: http://127.0.0.1:$PORT  users: $users password: $pass"
     log "servers are Slurm jobs on the $SLURM Slurm; Ctrl-C stops the hub, the proxy and every server"
     cd "$STATE"
+    # HPCNB_NODE_NETWORK=shared: the hub (this machine: the login node) and each server (a job on a
+    # node) reach each other at 127.0.0.1; the local Slurm's login node does not reach nodes that have a
+    # network of their own (its default)
     exec env -i HOME="$HOME" LANG=C.UTF-8 PATH="$path" HPCNB_SLURM="$SLURM" HPCNB_BIN_DIR="$SLURM_BIN" \
+        HPCNB_NODE_NETWORK=shared \
         HPCNB_PORTAL_STATE="$STATE" HPCNB_PORTAL_VENV="$COURSE/.venv" HPCNB_PORTAL_USERS="$users" \
         HPCNB_PORTAL_PASSWORD_FILE="$STATE/password" HPCNB_PORTAL_PORT="$PORT" \
         HPCNB_PORTAL_HUB_PORT=$((PORT + 1)) HPCNB_PORTAL_PROXY_API_PORT=$((PORT + 2)) \

@@ -108,9 +108,9 @@ def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Pa
     assert "rank 1/2 (local rank 0) on node2, rank 0 at node1:" in out, out
 
 
-def test_shared_network_unless_asked(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> None:
-    """Without the setting (read by the controller) the nodes share this machine's network."""
-    env = {k: v for k, v in os.environ.items() if k != network.SETTING}
+def test_shared_network_on_request(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> None:
+    """With ``HPCNB_NODE_NETWORK=shared`` (read by the controller) the nodes share this machine's network."""
+    env = {**os.environ, network.SETTING: "shared"}
     env["HPCNB_STATE_DIR"] = str(tmp_path_factory.mktemp("shared-net-state"))
     (workdir / "job.sh").write_text("#!/bin/bash\nsrun -N2 -n2 -l python3 -c "
                                     "'import socket; print(socket.gethostbyname(\"node1\"))'\n")
@@ -119,6 +119,8 @@ def test_shared_network_unless_asked(tmp_path_factory: pytest.TempPathFactory, w
         assert done.returncode == 0, done.stderr
         assert "10.77." not in (workdir / "out.txt").read_text()
         assert not (Path(env["HPCNB_STATE_DIR"]) / network.RECORD).exists()
+        status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=env).stdout
+        assert f"the network is shared: {network.SETTING}=shared" in status, status
     finally:
         run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
@@ -212,4 +214,29 @@ def _holders_of(top: Path) -> list[str]:
 
 def test_status_says_the_nodes_have_their_own_network(own_network) -> None:
     status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=own_network)
-    assert f"network: {network.SETTING}=own" in status.stdout, status.stdout
+    assert "each node its own hostname, /tmp and network; no ssh between nodes" in status.stdout, status.stdout
+
+
+def test_the_nodes_own_network_is_the_default(own_network) -> None:
+    """Without the setting the controller starts it; where it cannot, status says why and the nodes share."""
+    env = {k: v for k, v in own_network.items() if k != network.SETTING}
+    assert network.SETTING not in env and run(["sbatch", "--wait", "-o", "/dev/null", "--wrap", "true"], env=env).returncode == 0
+    assert (Path(env["HPCNB_STATE_DIR"]) / network.RECORD).exists()
+
+
+def test_a_network_that_cannot_start_is_remembered_and_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from hpcnb.localslurm import admin
+
+    monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv(network.SETTING, raising=False)
+
+    def refuse(state: Path, nodes: list[str]) -> dict:
+        raise OSError("ip is not installed (Debian: iproute2, util-linux)")
+
+    monkeypatch.setattr(network, "_start", refuse)
+    monkeypatch.setattr(apart, "mode", lambda: "apart")
+    with pytest.raises(OSError):
+        network.ensure(["node1", "node2"])
+    assert network.failure() == "ip is not installed (Debian: iproute2, util-linux)"
+    assert admin._nodes_line() == ("apart (each node its own hostname and /tmp; the network is shared: its own "
+                                   "did not start: ip is not installed (Debian: iproute2, util-linux))")

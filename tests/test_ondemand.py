@@ -122,7 +122,10 @@ def slurm_env(tmp_path: Path) -> dict[str, str]:
         return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HPCNB_SLURM": "real"}
     from hpcnb.backend import local_bin_dir
 
-    return {**os.environ, "PATH": f"{local_bin_dir()}:{os.environ['PATH']}", "HPCNB_SLURM": "local"}
+    # a shared network: this test, as OnDemand's web server on the login node, connects to the job's
+    # server, and the local Slurm's login node does not reach nodes with a network of their own
+    return {**os.environ, "PATH": f"{local_bin_dir()}:{os.environ['PATH']}", "HPCNB_SLURM": "local",
+            "HPCNB_NODE_NETWORK": "shared"}
 
 
 def wait_for_connection(session: Path, job: str, env: dict[str, str]) -> dict[str, str]:

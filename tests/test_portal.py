@@ -81,7 +81,7 @@ def as_student(*cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[st
     """A command as the student, with the Slurm the hub gives their server (ci/portal.sh's PATH)."""
     path = (f"{SLURM_BIN}:" if VARIANT == "local" else "") + "/usr/local/bin:/usr/bin:/bin"
     env = ["env", "-i", f"HOME={_home()}", f"USER={USER}", f"PATH={path}", "LANG=C.UTF-8",
-           f"HPCNB_SLURM={VARIANT}", f"HPCNB_BIN_DIR={SLURM_BIN}"]
+           f"HPCNB_SLURM={VARIANT}", f"HPCNB_BIN_DIR={SLURM_BIN}", "HPCNB_NODE_NETWORK=shared"]  # as ci/portal.sh
     return subprocess.run(["runuser", "-u", USER, "--", *env, *cmd], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 

@@ -280,22 +280,30 @@ def _proc_status(pid: int) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(not _horovod_ok(), reason="Horovod not installed (bash ci/build-horovod.sh .venv)")
 def test_horovod_gloo_matches_ddp(workdir: Path) -> None:
+    """horovodrun on one node (lesson 10's exercises) trains as DDP does; across nodes it needs ssh,
+    which the nodes of their own network do not have (as on many clusters): it stops at its check."""
     from hpcnb.lessons import training
+    from hpcnb.localslurm import network
 
     py = sys.executable
     hosts = 'H=""; for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do H="$H$n:$SLURM_NTASKS_PER_NODE,"; done; '
     script = (f"export PATH={Path(py).parent}:$PATH; {hosts}"
               f"horovodrun --gloo -np $SLURM_NTASKS -H ${{H%,}} {py} -m hpcnb.scripts.horovod_train "
               "--batch-per-worker 32 --base-lr 0.025 --out hvd")
-    # horovodrun starts every worker itself, inside the batch step: give that node the memory
-    out = _job(["-N2", "--ntasks-per-node=2", "--mem=3G", "--wrap", script], workdir)
+    out = _job(["-N1", "--ntasks-per-node=2", "--mem=2G", "--wrap", script], workdir)
     hvd = training.load_result(workdir / "hvd")
-    assert hvd["world_size"] == 4 and hvd["lr"] == pytest.approx(0.1) and hvd["batch"] == 128, out
-    assert sorted(hvd["hosts"]) == ["node1", "node1", "node2", "node2"], out
+    assert hvd["world_size"] == 2 and hvd["lr"] == pytest.approx(0.05) and hvd["batch"] == 64, out
+    assert hvd["hosts"] == ["node1", "node1"], out
     assert len(hvd["epoch_seconds"]) == hvd["epochs"] and min(hvd["epoch_seconds"]) > 0
     _job(["-N1", "--ntasks-per-node=1", "--wrap",
-          f"srun {py} -m hpcnb.scripts.ddp_train --batch 128 --lr 0.1 --out ddp"], workdir)
+          f"srun {py} -m hpcnb.scripts.ddp_train --batch 64 --lr 0.05 --out ddp"], workdir)
     assert training.max_weight_difference(workdir / "ddp", workdir / "hvd") < TOLERANCE
+    if network.running():
+        done = run(["sbatch", "--wait", "--time=5:00", "-o", "two.out", "-N2", "--ntasks-per-node=1",
+                    "--wrap", script.replace("--out hvd", "--out hvd2")], timeout=300)
+        out = (workdir / "two.out").read_text()
+        assert done.returncode != 0 and "ssh: connect to host node2 port 22: Connection refused" in out, out
+        assert "could not connect to some hosts via ssh" in out and not (workdir / "hvd2.json").exists(), out
 
 
 @needs_torch

@@ -48,7 +48,7 @@ c.JupyterHub.spawner_class = "batchspawner.SlurmSpawner"
 c.SlurmSpawner.exec_prefix = "/usr/sbin/runuser -u {username} --"
 # batchspawner runs sbatch with the spawner's environment but squeue and scancel with the hub's:
 # both reach the chosen Slurm through these (the hub's own environment is made by ci/portal.sh).
-c.Spawner.env_keep = ["PATH", "LANG", "HPCNB_SLURM", "HPCNB_BIN_DIR"]
+c.Spawner.env_keep = ["PATH", "LANG", "HPCNB_SLURM", "HPCNB_BIN_DIR", "HPCNB_NODE_NETWORK"]
 c.SlurmSpawner.req_runtime = setting("TIME")
 c.SlurmSpawner.req_nprocs = "1"
 # a server with a kernel or two peaks near 400 MB: one CPU's default (500 MB per CPU) is too tight

@@ -389,12 +389,14 @@ def _nodes_line() -> str:
     from .apart import mode
 
     found = mode()
-    if found == "apart" and (network.wanted() or network.running()):
-        return (f"apart (each node its own hostname, /tmp and network: {network.SETTING}=own; "
+    if found != "apart":
+        return f"{found}; every node shares this machine's hostname, /tmp and network"
+    failed = network.failure()
+    if network.running() or (network.wanted() and not failed):
+        return ("apart (each node its own hostname, /tmp and network; no ssh between nodes; "
                 "the login node does not reach servers on the nodes)")
-    if found == "apart":
-        return "apart (each node its own hostname and /tmp; the network is shared)"
-    return f"{found}; every node shares this machine's hostname and /tmp"
+    why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {failed}"
+    return f"apart (each node its own hostname and /tmp; the network is shared: {why})"
 
 
 def show_status() -> int:

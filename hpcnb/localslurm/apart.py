@@ -9,10 +9,10 @@ systems stays shared: the top-level ``/tmp`` folders that hold the job's working
 path in its submission environment (home, venv, the local Slurm's own state), so a course run
 from a temporary folder keeps working.
 
-The network is shared (``localhost`` is the same on every node) unless ``HPCNB_NODE_NETWORK=own``
-gives each node its own (:mod:`.network`). Where namespaces are not
-allowed (no unprivileged user namespaces), or ``HPCNB_NODES=shared``, the nodes share everything,
-as before; :func:`mode` says which is in force (``hpcnb slurm status``).
+Each node has its own network too (:mod:`.network`: ``localhost`` on node2 is node2) unless
+``HPCNB_NODE_NETWORK=shared``. Where namespaces are not allowed (no unprivileged user namespaces),
+or ``HPCNB_NODES=shared``, the nodes share everything, as before; :func:`mode` says which is in
+force (``hpcnb slurm status``).
 """
 from __future__ import annotations
 

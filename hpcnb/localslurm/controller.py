@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import time
 
-from . import db, network, paths, procs, transitions
+from . import apart, db, network, paths, procs, transitions
 from .wake import log, socket_address
 from .cluster import state_cluster
 
@@ -50,6 +50,7 @@ class Controller:
         self.db_inode = os.stat(paths.db_path()).st_ino
         self.errors: dict[str, int] = {}
         self.exits: dict[int, int] = {}  # wait status of each supervisor reaped, by pid
+        self.own_network = network.wanted() and apart.mode() == "apart"  # off for good once it fails
 
     @staticmethod
     def _bind() -> socket.socket:
@@ -86,7 +87,7 @@ class Controller:
         held jobs costs nothing while nothing changes."""
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        if network.wanted():  # before the first grant: an allocation's srun starts its tasks at once
+        if self.own_network:  # before the first grant: an allocation's srun starts its tasks at once
             self._start_network()
         next_check = 0.0
         next_pass = 0.0  # schedule at once on start
@@ -188,7 +189,7 @@ class Controller:
 
     def _launch_all(self, started: list[dict]) -> None:
         batch = [job["id"] for job in started if job["kind"] == "batch"]
-        own_network = bool(started) and network.wanted()
+        own_network = bool(started) and self.own_network
         if not batch and not own_network:
             return
         # No SQLite connection may cross a fork: close ours, fork the supervisors, reopen.
@@ -205,11 +206,13 @@ class Controller:
             self.conn = self._connect()
 
     def _start_network(self) -> None:
-        """The nodes' own network (held outside every job: a job's subreaper must not adopt it)."""
+        """The nodes' own network (held outside every job: a job's subreaper must not adopt it). Where
+        it cannot start, the nodes share this machine's network (not tried again by this controller)."""
         try:
             network.ensure(list(self.cluster.nodes))
         except OSError as err:
-            log(f"controller: the nodes' network did not start: {err}")
+            self.own_network = False
+            log(f"controller: the nodes' network did not start, they share this machine's: {err}")
 
     @staticmethod
     def _connect():

@@ -1,8 +1,9 @@
 """Each virtual node's own network: its own ``localhost`` and ports, the other nodes reached by name.
 
 On a real cluster ``localhost`` on node2 is node2, and a server on node1 is reached from node2 by
-node1's name. Here (with ``HPCNB_NODE_NETWORK=own``) a *fabric* gives every virtual node a network
-namespace of its own, joined to the others by a bridge, without root:
+node1's name. Here a *fabric* gives every virtual node a network namespace of its own, joined to the
+others by a bridge, without root (the default where the nodes are apart; ``HPCNB_NODE_NETWORK=shared``
+turns it off):
 
 - a holder process enters a user namespace (same uid) and a network namespace, the fabric, with
   a bridge in it; for each node a child process holds that node's network namespace, linked to the
@@ -14,9 +15,11 @@ namespace of its own, joined to the others by a bridge, without root:
 
 The holder leaves when its record is gone (``hpcnb slurm reset``, or the state folder removed), or
 after a minute without a controller (no job runs then; the next controller starts a new one).
-The controller starts it when its environment says ``HPCNB_NODE_NETWORK=own``. Not yet: the login
-node (the notebook's kernel, a portal's hub) and the nodes do not reach each other, and ``horovodrun``
-finds no ssh to node2; so this mode is off by default.
+The controller starts it before its first grant unless its environment says
+``HPCNB_NODE_NETWORK=shared``; where it cannot (no network namespaces, no ``ip``), the nodes share
+this machine's network and :func:`failure` says why (``hpcnb slurm status``). As on many clusters,
+there is no ssh between the nodes (``horovodrun`` across nodes needs it; ``srun`` does not). Not
+yet: the login node (the notebook's kernel, a portal's hub) and the nodes do not reach each other.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 47, 2
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
-RECORD, LOCK, HOSTS = "fabric.json", "fabric.lock", "fabric-hosts"
+RECORD, LOCK, HOSTS, FAILED = "fabric.json", "fabric.lock", "fabric-hosts", "fabric-failed"
 POLL_S = 2.0
 ALONE_EXIT_S = 60.0  # the holder leaves after this long without a controller (one starts it again)
 
@@ -56,8 +59,16 @@ class NodeNet:
 
 
 def wanted() -> bool:
-    """Whether the nodes get networks of their own (``HPCNB_NODE_NETWORK=own``)."""
-    return os.environ.get(SETTING) == "own"
+    """Whether the nodes get networks of their own: yes unless ``HPCNB_NODE_NETWORK=shared``."""
+    return os.environ.get(SETTING, "own") != "shared"
+
+
+def failure() -> str:
+    """Why this state folder's fabric could not start ('' when it did, or was not tried)."""
+    try:
+        return (paths.state_dir() / FAILED).read_text().strip()
+    except OSError:
+        return ""
 
 
 def address(index: int) -> tuple[str, str]:
@@ -102,7 +113,13 @@ def ensure(nodes: list[str]) -> dict:
             return record
         if record:
             stop()
-        return _start(state, nodes)
+        try:
+            record = _start(state, nodes)
+        except OSError as err:  # remembered: not tried again for this state folder
+            paths.write_private(state / FAILED, str(err))
+            raise
+        (state / FAILED).unlink(missing_ok=True)
+        return record
 
 
 def stop() -> None:
