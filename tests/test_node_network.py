@@ -217,11 +217,18 @@ def test_status_says_the_nodes_have_their_own_network(own_network) -> None:
     assert "each node its own hostname, /tmp and network; no ssh between nodes" in status.stdout, status.stdout
 
 
-def test_the_nodes_own_network_is_the_default(own_network) -> None:
-    """Without the setting the controller starts it; where it cannot, status says why and the nodes share."""
+def test_the_nodes_own_network_is_the_default(own_network, tmp_path_factory: pytest.TempPathFactory,
+                                              workdir: Path) -> None:
+    """Without the setting, the controller of a new local Slurm starts it (``own_network``: only its checks)."""
     env = {k: v for k, v in own_network.items() if k != network.SETTING}
-    assert network.SETTING not in env and run(["sbatch", "--wait", "-o", "/dev/null", "--wrap", "true"], env=env).returncode == 0
-    assert (Path(env["HPCNB_STATE_DIR"]) / network.RECORD).exists()
+    env["HPCNB_STATE_DIR"] = str(tmp_path_factory.mktemp("default-net-state"))
+    try:
+        out = sbatch(workdir, env, "srun -N2 -n2 -l python3 -c "
+                                   "'import socket; print(socket.gethostbyname(\"node2\"))'\n", "-N2", "-n2")
+        assert sorted(line for line in out.splitlines() if line[:1].isdigit()) == ["0: 10.77.0.2", "1: 10.77.0.2"], out
+        assert (Path(env["HPCNB_STATE_DIR"]) / network.RECORD).exists()
+    finally:
+        run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
 
 def test_a_network_that_cannot_start_is_remembered_and_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def ensure(nodes: list[str]) -> dict:
             stop()
         try:
             record = _start(state, nodes)
-        except OSError as err:  # remembered: not tried again for this state folder
+        except OSError as err:  # kept for `hpcnb slurm status` (the controller does not try again)
             paths.write_private(state / FAILED, str(err))
             raise
         (state / FAILED).unlink(missing_ok=True)
