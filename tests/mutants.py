@@ -28,6 +28,8 @@ class Mutant:
     error: str = "AssertionError"         # the exception the test cell must raise
     passes: bool = False                  # a right answer: the test must pass it
     apart: bool = False                   # caught only where the virtual nodes are apart (own /tmp, hostname)
+    own_network: str = ""                 # where each node has its own network the answer fails by itself
+                                          # first (as on a cluster): the exception its own cell raises
 
     @property
     def id(self) -> str:
@@ -215,7 +217,7 @@ MUTANTS: list[Mutant] = [
            (("        if port_is_free(port):", "        if True:"),), shows="is in use: return the next free port"),
     Mutant("05", "ex3-solution", "from-notebook", "fetches from the notebook, not from a step on the node",
            (('["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py",', '[PY, "ex3_fetch.py",'),),
-           shows="no step ran in the job"),
+           shows="no step ran in the job", own_network="CalledProcessError"),  # 127.0.0.1 is the login node
     Mutant("05", "ex3-solution", "no-umask", "makes the job's folder without umask 077: others can read the token",
            (("umask 077\n", ""),), shows="5.3: the job's folder must have mode 700"),
     Mutant("05", "ex3-solution", "token-in-log", "prints the token into the job's log, to find it later",

@@ -186,6 +186,12 @@ def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
         assert failed is None, f"a right answer was rejected ({what}):\n{describe(err)}"
         return
     assert failed is not None, f"the graded test passed a wrong answer ({what})"
+    if mutant.own_network and not _is_graded_test(planted.cells[failed]):
+        from hpcnb.localslurm import network
+
+        assert network.running(), f"the answer's own cell failed, on a shared network ({what}):\n{describe(err)}"
+        assert err.ename == mutant.own_network, f"expected {mutant.own_network}, got {err.ename} ({what})"
+        return
     assert _is_graded_test(planted.cells[failed]), (
         f"cell {failed}, not the graded test, failed: the mutant broke the notebook ({what}):\n{describe(err)}")
     text = describe(err)
