@@ -177,7 +177,7 @@ class Slurm:
         return found
 
     def network_pids(self) -> set[int]:
-        """The processes of the nodes' own network (HPCNB_NODE_NETWORK=own): daemons, as the controller."""
+        """The processes of the nodes' own network (the default): daemons, as the controller."""
         return {p.pid for p in self.processes() if "hpcnb.localslurm.network" in " ".join(_cmdline(p))}
 
     def job_processes(self, job_id: int) -> list[psutil.Process]:

@@ -1,4 +1,4 @@
-"""Each virtual node's own network (hpcnb/localslurm/network.py, ``HPCNB_NODE_NETWORK=own``):
+"""Each virtual node's own network (hpcnb/localslurm/network.py; the default, ``HPCNB_NODE_NETWORK=own``):
 ``localhost`` on node2 is node2, a server on node1 is reached from node2 by node1's name, the same
 port is free on every node, and a job's own ``srun`` places tasks on the other nodes. Run by jobs on
 a local Slurm of its own (the controller reads the setting), and once as an ordinary user, whose
