@@ -385,8 +385,17 @@ class SignalThread:
             if sig != signal.SIGCONT and signal.SIGCONT in signal.sigpending():
                 self._take(signal.sigwait({signal.SIGCONT}))
             if sig == self.WAKE:
+                self._take_pending()
                 return
             self._take(sig)
+
+    def _take_pending(self) -> None:
+        """Take what was sent to srun before its tasks ended. WAKE is sent to this thread alone, and
+        Linux hands out a thread's own signals before the process's: a SIGTERM that came with the
+        job's cancel, still pending on a busy machine, was dropped, and srun said "Force Terminated"
+        where Slurm's srun, its signal thread always awake, says "forcing job termination"."""
+        for sig in sorted(signal.sigpending() & self.FORWARDED, key=lambda s: s != signal.SIGCONT):
+            self._take(signal.sigwait({sig}))
 
     def _take(self, sig: int) -> None:
         if sig == signal.SIGCONT:  # what Slurm 22.05's srun says when its job is cancelled or times out
