@@ -13,8 +13,8 @@ plants one mistake in rank ``--rank`` (default: the last rank) at step ``--at-st
   all-reduce and waits at the final barrier while the others wait in the all-reduce;
 * ``shape`` — the rank built its model with another width: its gradient has another size;
 * ``die``   — the rank is killed (``SIGKILL``, as the kernel's OOM killer does);
-* ``addr``  — the rank looks for rank 0 at an address where nothing answers (``192.0.2.1``, a
-  documentation address that no network routes), not at ``MASTER_ADDR``;
+* ``addr``  — the rank looks for rank 0 at an address where nothing answers (``192.0.2.1``, no
+  network routes it), for 3 x ``--timeout``: rank 0 gives up first, saying who joined;
 * ``mystery`` — one rank (which one: the job id says, :func:`hpcnb.lessons.hangs.planted`) never
   gets its batch: its read hangs while the others wait in the all-reduce (the exercise: find the
   rank and the line from the stack dumps).
@@ -66,7 +66,7 @@ print(f"rank={rank} host={host} pid={os.getpid()} looks for rank 0 at "
 check_resolves(os.environ["MASTER_ADDR"], world.master_port)   # a name that does not resolve fails at once
 device = pick_device(world.local_rank)   # this rank's GPU, or the CPU
 dist.init_process_group(backend_for(device), rank=rank, world_size=size, device_id=device_id_for(device),
-                        timeout=datetime.timedelta(seconds=args.timeout))
+                        timeout=datetime.timedelta(seconds=args.timeout * (3 if faulty and fault == "addr" else 1)))
 
 
 def read_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
