@@ -9,7 +9,9 @@
 #
 # VERSION is 22.05 (the default, or $HPCNB_REAL_SLURM) or 24.11. As root, no systemd needed.
 # Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
-# node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node on 127.0.0.1),
+# node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node on 127.0.0.1,
+# each in a UTS namespace of its own: `hostname` in a job step on node2 says node2; /tmp and the
+# network stay this host's),
 # partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
 # installed into /etc/slurm/ (of the host, or of the chroot).
 #
@@ -558,7 +560,9 @@ start_slurm() {
     log "starting slurmd $n"
     mkdir -p "$ROOTFS$SPOOL_DIR/slurmd/$n"
     rm -f "$S/slurmd-$n.pid"  # one left by a run that was killed would pass for the new one
-    "${IN[@]}" slurmd -N "$n" || die_logs "slurmd -N $n did not start"
+    # its own UTS namespace: a job step on node2 is told "node2" by hostname, as on a cluster
+    "${IN[@]}" unshare --uts -- sh -c "echo $n > /proc/sys/kernel/hostname && exec slurmd -N $n" ||
+      die_logs "slurmd -N $n did not start"
     # 24.11's slurmd returns before its daemon has written the pid file
     wait_for "slurmd $n to write $S/slurmd-$n.pid" test -s "$S/slurmd-$n.pid"
   done

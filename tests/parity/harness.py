@@ -78,9 +78,6 @@ INTENTIONAL = {
     "scheduler and says Main: not compared.",
     "node_stats": "Live node statistics (CPULoad, FreeMem, OS, BootTime, SlurmdStartTime, LastBusyTime, "
     "Port) describe the host, not the virtual node: normalised.",
-    "percent_N": "Output file pattern %N: the real slurmd expands the short host name of the machine it runs on "
-    "(gethostname(); in CI one host runs both virtual nodes); on a cluster that is the node's name, which the "
-    "local Slurm uses (node1).",
     "local_settings": "The local Slurm's own settings (HPCNB_STATE_DIR, HPCNB_CONTROLLER_IDLE, ...: "
     "hpcnb.localslurm.envvars.LOCAL_SETTINGS) reach every job and step whatever --export says: they stand for the "
     "cluster's configuration, which a real slurmd reads from slurm.conf. A job with --export=NONE or =<names> "
