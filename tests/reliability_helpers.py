@@ -188,13 +188,20 @@ class Slurm:
         return rows[0][0] if rows else None
 
     def stop_everything(self) -> None:
-        """Teardown: forget all state and kill whatever is left (controller included)."""
+        """Teardown: forget all state and kill whatever is left (controller included), in rounds: a
+        process forked while a round ran (the network holder a dying controller was starting, in its
+        own session) or caught mid-exec (its environment unreadable) is found by the next one."""
         self.admin("reset")
-        for proc in self.processes():
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        for _ in range(3):
+            left = self.processes()
+            if not left:
+                return
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            wait_gone([p.pid for p in left], 2)  # a child forked meanwhile exists by the time they are gone
 
 
 def _env(proc: psutil.Process) -> dict[str, str]:
