@@ -327,10 +327,13 @@ def _build(libc, nodes: list[str]) -> list[int]:
 def _node_holder(libc) -> int:
     """A child in a network namespace of its own that lives as long as the holder."""
     read, write = os.pipe()
+    holder = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             libc.prctl(PR_SET_PDEATHSIG, 9)
+            if os.getppid() != holder:  # the holder died before the line above: no signal will come
+                os._exit(1)
             _unshare(libc, CLONE_NEWNET)
             os.write(write, b"ok")
         except BaseException as err:  # noqa: BLE001 - told to the holder
