@@ -15,6 +15,10 @@
 #   PORTAL_PORT      the login page, http://127.0.0.1:PORT (default 8000); the hub's API and the
 #                    proxy's API take the next two ports
 #   PORTAL_SLURM     local (default: each user's own local Slurm) or real (the Slurm on PATH)
+#   PORTAL_HUB_ADDRESS  where the servers' compute nodes reach the hub's API (default: 127.0.0.1 for
+#                    the local Slurm, whose nodes share this machine's network here; for real, the
+#                    address `ci/real-slurm.sh address` gives when that Slurm is up, its nodes having
+#                    networks of their own; on a real cluster, the login node's address)
 #   PORTAL_TIME      each server job's time limit (default 8:00:00)
 #   PORTAL_MEM       each server job's memory (sbatch --mem; default 2G)
 #   PORTAL_PREFIX    the course install the users run (default /opt/hpcnb-portal)
@@ -125,6 +129,9 @@ cmd_run() {
             path=/usr/local/bin:/usr/bin:/bin
             PATH=$path scontrol ping 2>/dev/null | grep -q 'is UP' ||
                 die "PORTAL_SLURM=real: no real Slurm answers (scontrol ping)"
+            if [[ -z ${PORTAL_HUB_ADDRESS:-} ]] && bash "$HERE/ci/real-slurm.sh" status >/dev/null 2>&1; then
+                PORTAL_HUB_ADDRESS=$(bash "$HERE/ci/real-slurm.sh" address)
+            fi
             ;;
         *) die "PORTAL_SLURM=$SLURM: use local or real" ;;
     esac
@@ -144,7 +151,7 @@ cmd_run() {
         HPCNB_PORTAL_PASSWORD_FILE="$STATE/password" HPCNB_PORTAL_PORT="$PORT" \
         HPCNB_PORTAL_HUB_PORT=$((PORT + 1)) HPCNB_PORTAL_PROXY_API_PORT=$((PORT + 2)) \
         HPCNB_PORTAL_PROXY="$PROXY" HPCNB_PORTAL_TIME="${PORTAL_TIME:-8:00:00}" HPCNB_PORTAL_MEM="${PORTAL_MEM:-2G}" \
-        HPCNB_PORTAL_COURSE_DIR="$COURSE_DIR" \
+        HPCNB_PORTAL_COURSE_DIR="$COURSE_DIR" HPCNB_PORTAL_HUB_ADDRESS="${PORTAL_HUB_ADDRESS:-127.0.0.1}" \
         "$HERE/.venv/bin/jupyterhub" -f "$HERE/ci/portal/jupyterhub_config.py"
 }
 

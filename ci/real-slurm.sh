@@ -6,12 +6,15 @@
 #   ci/real-slurm.sh down [VERSION]     stop what `up` started (reverse order); packages stay
 #   ci/real-slurm.sh status [VERSION]   which daemons run, and sinfo (exit 0 = all up, 3 = not)
 #   ci/real-slurm.sh bin [VERSION]      print the folder that holds this version's commands
+#   ci/real-slurm.sh address [VERSION]  print this host's address on the nodes' network (the login node's)
 #
 # VERSION is 22.05 (the default, or $HPCNB_REAL_SLURM) or 24.11. As root, no systemd needed.
 # Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
-# node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node on 127.0.0.1,
-# each in a UTS namespace of its own: `hostname` in a job step on node2 says node2; /tmp and the
-# network stay this host's),
+# node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node,
+# each in network, UTS and mount namespaces of its own: a job step on node2 has node2's address
+# (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp is node2's own;
+# this host, the login node, is 10.78.0.254 to them (`ci/real-slurm.sh address`); see node_network
+# and node_tmp below),
 # partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
 # installed into /etc/slurm/ (of the host, or of the chroot).
 #
@@ -28,8 +31,9 @@
 # Logs: /var/log/hpcnb-real-slurm/ (apt, mariadbd, slurmdbd, slurmctld, slurmd-nodeX);
 # Slurm state: /var/spool/hpcnb-real-slurm/; both survive `down`, as do packages and DB.
 # Fake GPUs: /dev/hpcnb-gpu0 and /dev/hpcnb-gpu1 (null-like character devices; 24.11:
-# /dev/hpcnb-2411-gpu0-1); node names resolve through a marked line in /etc/hosts. Both are
-# removed by `down`. For 24.11 every path above is inside the chroot.
+# /dev/hpcnb-2411-gpu0-1); node names resolve to their addresses through marked lines in
+# /etc/hosts. Both, and the nodes' networks, are removed by `down`. For 24.11 every path above is
+# inside the chroot.
 #
 # Slurm 24.11 (Debian 13 "trixie", slurm-wlm 24.11.5) on this Debian 12 host:
 #   - The root is built once with `debootstrap --variant=minbase --include=<packages> trixie`
@@ -78,7 +82,6 @@ DB_NAME=hpcnb_slurm_acct_db
 DB_USER=slurm
 DB_PASS=hpcnb-ci-only
 HOSTS_MARK='# hpcnb-real-slurm'
-HOSTS_LINE="127.0.0.1 ${NODES[*]} $HOSTS_MARK"
 TIMEOUT=${HPCNB_REAL_SLURM_TIMEOUT:-60}
 export DEBIAN_FRONTEND=noninteractive
 
@@ -94,6 +97,7 @@ select_version() {
       FIRST_JOB_ID=14751             # see FirstJobId in real-slurm/slurm.conf
       GPU_DEVS=(/dev/hpcnb-gpu0 /dev/hpcnb-gpu1) GPU_GLOB='/dev/hpcnb-gpu[0-1]'
       BIN_DIR=/usr/bin
+      NET=10.78.0 TAG=2205           # the nodes' network: NET.1, NET.2; this host NET.254
       ;;
     24.11)
       ROOTFS=${HPCNB_SLURM_2411_ROOT:-/var/cache/hpcnb/slurm-24.11}
@@ -106,11 +110,13 @@ select_version() {
       FIRST_JOB_ID=7601
       GPU_DEVS=(/dev/hpcnb-2411-gpu0 /dev/hpcnb-2411-gpu1) GPU_GLOB='/dev/hpcnb-2411-gpu[0-1]'
       BIN_DIR=/run/hpcnb-real-slurm-24.11/bin
+      NET=10.78.1 TAG=2411
       ;;
     *) echo "unknown Slurm version '$VERSION' (known: 22.05, 24.11)" >&2; exit 2 ;;
   esac
   # the host's view of a path of the daemons
   S=$ROOTFS$STATE_DIR
+  LOGIN_ADDR=$NET.254 BRIDGE=hpcnb-br$TAG
 }
 
 log() { echo "[real-slurm ${VERSION:-} $(date +%T)] $*" >&2; }
@@ -193,7 +199,8 @@ render() {
       -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@DB_NAME@|$DB_NAME|g" \
       -e "s|@DB_USER@|$DB_USER|g" -e "s|@DB_PASS@|$DB_PASS|g" \
       -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
-      -e "s|@NODE_PORTS@|$NODE_PORTS|g" -e "s|@FIRST_JOB_ID@|$FIRST_JOB_ID|g" "$TEMPLATES/$1" > "$tmp"
+      -e "s|@NODE_PORTS@|$NODE_PORTS|g" -e "s|@FIRST_JOB_ID@|$FIRST_JOB_ID|g" \
+      -e "s|@LOGIN_ADDR@|$LOGIN_ADDR|g" -e "s|@NODE_ADDRS@|$NET.[1-${#NODES[@]}]|g" "$TEMPLATES/$1" > "$tmp"
   if grep -v '^#' "$tmp" | grep -q '@[A-Z_]*@'; then rm -f "$tmp"; die "unfilled placeholder in $TEMPLATES/$1"; fi
   if ! cmp -s "$tmp" "$dest"; then
     install -m "$3" "$tmp" "$dest"
@@ -369,7 +376,7 @@ unmount_rootfs() {
 rootfs_etc() {
   local tmp
   tmp=$(mktemp)
-  { grep -vF -- "$HOSTS_MARK" /etc/hosts || true; echo "$HOSTS_LINE"; } > "$tmp"
+  { grep -vF -- "$HOSTS_MARK" /etc/hosts || true; hosts_lines; } > "$tmp"
   cmp -s "$tmp" "$ROOTFS/etc/hosts" || install -m 644 "$tmp" "$ROOTFS/etc/hosts"
   rm -f "$tmp"
   if [ -e /etc/localtime ] && ! cmp -s /etc/localtime "$ROOTFS/etc/localtime"; then
@@ -420,12 +427,13 @@ make_gpu_devices() {
 hosts_without_mark() { grep -vF -- "$HOSTS_MARK" /etc/hosts || true; }
 add_hosts_line() {
   local tmp
-  grep -qxF -- "$HOSTS_LINE" /etc/hosts && return 0
   tmp=$(mktemp)
-  { hosts_without_mark; echo "$HOSTS_LINE"; } > "$tmp"
-  cat "$tmp" > /etc/hosts
+  { hosts_without_mark; hosts_lines; } > "$tmp"
+  if ! cmp -s "$tmp" /etc/hosts; then
+    cat "$tmp" > /etc/hosts
+    log "added to /etc/hosts: $(hosts_lines | grep -v '^::' | cut -d' ' -f1,2 | tr '\n' ' ')"
+  fi
   rm -f "$tmp"
-  log "added to /etc/hosts: $HOSTS_LINE"
 }
 remove_hosts_line() {
   local tmp
@@ -434,7 +442,7 @@ remove_hosts_line() {
   hosts_without_mark > "$tmp"
   cat "$tmp" > /etc/hosts
   rm -f "$tmp"
-  log "removed the $HOSTS_MARK line from /etc/hosts"
+  log "removed the $HOSTS_MARK lines from /etc/hosts"
 }
 
 # record_pid NAME PIDFILE: remember a daemon we started that writes its pid elsewhere
@@ -527,6 +535,90 @@ start_slurmdbd() {
   fi
 }
 
+# -- each node's own network ---------------------------------------------------------------------
+# Each slurmd runs in a network namespace of its own (hpcnb-TAG-NODE), linked by a veth pair to a
+# bridge on this host: node i has NET.i, this host (the login node) NET.254. So `localhost` on node2
+# is node2, ports on the two nodes do not collide, a node reaches another by its name (the hosts
+# lines below), and this host reaches the nodes as a login node does. Nothing else is reached.
+node_index() { local i; for i in "${!NODES[@]}"; do if [ "${NODES[$i]}" = "$1" ]; then echo $((i + 1)); fi; done; }
+node_addr() { echo "$NET.$(node_index "$1")"; }
+netns_name() { echo "hpcnb-$TAG-$1"; }
+# the /etc/hosts lines naming the nodes (the host's for 22.05, the chroot's for 24.11); each also at
+# its IPv4 address as IPv6 sees it: a dual-stack server (torch's TCPStore) looks its clients' names
+# up by that form, which the hosts file answers only so (see hosts_text in hpcnb/localslurm/network.py)
+hosts_lines() {
+  local n
+  for n in "${NODES[@]}"; do echo "$(node_addr "$n") $n $HOSTS_MARK"; done
+  for n in "${NODES[@]}"; do echo "::ffff:$(node_addr "$n") $n $HOSTS_MARK"; done
+}
+
+bridge_up() {
+  ip link show "$BRIDGE" >/dev/null 2>&1 && return 0
+  ip link add "$BRIDGE" type bridge || die "cannot make the bridge $BRIDGE (ip link add ... type bridge)"
+  ip addr add "$LOGIN_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  log "bridge $BRIDGE: this host is $LOGIN_ADDR to the nodes"
+}
+
+# node_network NODE: a fresh network namespace for the node's slurmd, linked to the bridge
+node_network() {
+  local ns veth=h$TAG$1
+  ns=$(netns_name "$1")
+  ip netns del "$ns" 2>/dev/null || true  # one left by an earlier slurmd (its jobs keep theirs)
+  ip link del "$veth" 2>/dev/null || true
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name eth0 netns "$ns"
+  ip link set "$veth" master "$BRIDGE" up
+  ip -n "$ns" addr add "$(node_addr "$1")/24" dev eth0
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+  # no default route: nothing else is reached (a name server is unreachable at once, not after a timeout)
+}
+
+remove_networks() {
+  local n
+  for n in "${NODES[@]}"; do
+    ip netns del "$(netns_name "$n")" 2>/dev/null || true
+    ip link del "h$TAG$n" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+# -- each node's own /tmp ----------------------------------------------------------------------
+# A node's /tmp is $SPOOL_DIR/tmp/NODE, emptied when its slurmd starts (as a node's /tmp at boot)
+# and mounted over /tmp in that slurmd's mount namespace, so every job step on node2 sees node2's
+# /tmp and not node1's. What a test or a course run keeps under this host's /tmp and its jobs must
+# reach stays reachable at the same path: the project (when it lies under /tmp), root's pytest
+# folders (/tmp/pytest-of-root) and the /tmp paths of $HPCNB_REAL_SLURM_BINDS.
+kept_tmp_paths() {
+  local p extra=()
+  IFS=: read -r -a extra <<< "${HPCNB_REAL_SLURM_BINDS:-}"
+  for p in "$PROJECT" /tmp/pytest-of-root "${extra[@]}"; do
+    case $p in /tmp/?*) echo "${p#/tmp/}" ;; esac
+  done
+}
+
+# node_tmp NODE: empty the node's /tmp; make sure each kept path exists on this host
+node_tmp() {
+  local dir=$ROOTFS$SPOOL_DIR/tmp/$1 rel
+  rm -rf --one-file-system "$dir"
+  install -d -m 1777 "$dir"
+  install -d -m 755 "$S/host-tmp-$1"
+  [ -d /tmp/pytest-of-root ] || install -d -m 700 /tmp/pytest-of-root
+  for rel in $(kept_tmp_paths); do [ -d "/tmp/$rel" ] || log "note: /tmp/$rel does not exist (yet): $1 will not see it"; done
+}
+
+# node_shell NODE: what runs in the node's new namespaces, then becomes its slurmd
+node_shell() {
+  local n=$1 hold=$STATE_DIR/host-tmp-$1 rel
+  echo "set -e; echo $n > /proc/sys/kernel/hostname"
+  echo "mount --bind /tmp $hold; mount --bind $SPOOL_DIR/tmp/$n /tmp"
+  for rel in $(kept_tmp_paths); do
+    echo "if [ -d '$hold/$rel' ]; then mkdir -p '/tmp/$rel'; mount --bind '$hold/$rel' '/tmp/$rel'; fi"
+  done
+  echo "umount $hold; exec slurmd -N $n"
+}
+
 start_slurm() {
   local n sum confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf")
   [ -z "$ROOTFS" ] || confs+=("$ROOTFS$ETC/cgroup.conf")
@@ -560,8 +652,13 @@ start_slurm() {
     log "starting slurmd $n"
     mkdir -p "$ROOTFS$SPOOL_DIR/slurmd/$n"
     rm -f "$S/slurmd-$n.pid"  # one left by a run that was killed would pass for the new one
-    # its own UTS namespace: a job step on node2 is told "node2" by hostname, as on a cluster
-    "${IN[@]}" unshare --uts -- sh -c "echo $n > /proc/sys/kernel/hostname && exec slurmd -N $n" ||
+    node_tmp "$n"
+    node_network "$n"
+    # its own network, UTS and mount namespaces: a job step on node2 has node2's address and
+    # `localhost`, is told "node2" by hostname and has node2's /tmp, as on a cluster
+    # (made before the chroot: in it, / is no mount point and its propagation cannot change)
+    nsenter --net="/run/netns/$(netns_name "$n")" -- \
+      unshare --uts --mount --propagation slave -- "${IN[@]}" sh -c "$(node_shell "$n")" ||
       die_logs "slurmd -N $n did not start"
     # 24.11's slurmd returns before its daemon has written the pid file
     wait_for "slurmd $n to write $S/slurmd-$n.pid" test -s "$S/slurmd-$n.pid"
@@ -598,6 +695,7 @@ cmd_up() {
     add_hosts_line
   fi
 
+  bridge_up  # this host's address on the nodes' network: slurmctld's and slurmdbd's in slurm.conf
   start_munged
   start_mariadb
   start_slurmdbd
@@ -628,6 +726,7 @@ cmd_down() {
   stop "$S/slurmdbd.pid" slurmdbd
   stop "$S/mariadbd.pid" mariadbd
   stop "$S/munged.pid" munged
+  remove_networks
   if [ -n "$ROOTFS" ]; then
     rm -rf "$BIN_DIR"
     rmdir "$(dirname "$BIN_DIR")" 2>/dev/null || true
@@ -640,7 +739,7 @@ cmd_down() {
   fi
   for n in "${GPU_DEVS[@]}"; do if [ -c "$n" ]; then rm -f "$n"; fi; done
   rm -f "$S"/*.sum
-  rmdir "$S" 2>/dev/null || true
+  rmdir "$S"/host-tmp-* "$S" 2>/dev/null || true
   log "down in $(since "$t0") s (packages, config, state and logs kept)"
 }
 
@@ -681,5 +780,6 @@ case ${1:-} in
   down) cmd_down ;;
   status) trap - ERR; cmd_status ;;
   bin) echo "$BIN_DIR" ;;
-  *) echo "usage: $0 up|down|status|bin [22.05|24.11]" >&2; exit 2 ;;
+  address) echo "$LOGIN_ADDR" ;;
+  *) echo "usage: $0 up|down|status|bin|address [22.05|24.11]" >&2; exit 2 ;;
 esac

@@ -4,11 +4,10 @@
 # one lesson at a time, top to bottom (jupyter nbconvert --execute), then copied back into
 # notebooks/. Run it as root on a quiet machine: the lessons measure their own timings, and it
 # refuses to start while the load average is above LOAD_LIMIT (default 1.0, on 2 cores).
-# Lesson 10 with HPCNB_NODE_NETWORK=shared wants the node names in /etc/hosts (`ci/real-slurm.sh
-# up` writes them, as in CI): horovodrun resolves them from two threads at once, which the
-# libnss-wrapper fallback of the local Slurm answers wrongly about once in 20 fresh processes
-# (measured 2 of 40), and horovodrun then tries ssh. With the nodes' own network (the default) the
-# fabric's hosts file is each task's /etc/hosts.
+# Lesson 10 with HPCNB_NODE_NETWORK=shared: horovodrun resolves the node names from two threads at
+# once, which the libnss-wrapper fallback of the local Slurm answers wrongly about once in 20 fresh
+# processes (measured 2 of 40), and horovodrun then tries ssh. With the nodes' own network (the
+# default, used here) the fabric's hosts file is each task's /etc/hosts.
 #
 #   ci/record-lessons.sh [NOTEBOOK...]     default: every notebooks/*.ipynb
 set -euo pipefail

@@ -150,9 +150,10 @@ def test_srun_cpus_per_task_from_the_environment(lane: Lane, workdir: Path, vari
 def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, monkeypatch) -> None:
     """Whether node names need libnss-wrapper is found once (lookups cost every command some ms),
     kept private in the state directory, and found again for other names."""
-    from hpcnb.localslurm import names
+    from hpcnb.localslurm import names, network
 
     monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv(network.SETTING, "shared")  # (with networks of their own the nodes need none)
     looked_up: list[str] = []
     monkeypatch.setattr(names, "resolves", lambda name: looked_up.append(name) or False)
     monkeypatch.setattr(names, "nss_wrapper_library", lambda: "/usr/lib/libnss_wrapper.so")
@@ -171,3 +172,14 @@ def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, mo
     cluster.nodes = {"gpu1": None}
     names.resolver_env(cluster, {})
     assert looked_up == ["node1", "gpu1"] and "gpu1" in (tmp_path / "hosts").read_text()
+
+
+def test_no_resolver_where_the_nodes_have_networks_of_their_own(tmp_path, monkeypatch) -> None:
+    """There each task's /etc/hosts names every node: no LD_PRELOAD in the job's environment."""
+    from hpcnb.localslurm import names, network
+
+    monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(names, "resolves", lambda name: False)
+    monkeypatch.setattr(names, "nss_wrapper_library", lambda: "/usr/lib/libnss_wrapper.so")
+    monkeypatch.setattr(network, "in_use", lambda: True)
+    assert names.resolver_env(type("C", (), {"nodes": {"node1": None}})(), {}) == {}

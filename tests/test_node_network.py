@@ -100,6 +100,22 @@ def test_each_node_has_its_own_address_and_every_name_resolves(own_network, work
     assert lines == ["0: node1 10.77.0.1 10.77.0.1 127.0.0.1", "1: node2 10.77.0.2 10.77.0.1 127.0.0.1"], out
 
 
+def test_slurm_shows_the_nodes_addresses(own_network, workdir: Path) -> None:
+    """sinfo's %o, scontrol's NodeAddr, and a step's launcher address (srun in the batch shell on node1;
+    a stand-alone srun on the login node, which has no address among the nodes: 127.0.0.1)."""
+    out = sbatch(workdir, own_network, "srun -l bash -c 'echo $SLURM_LAUNCH_NODE_IPADDR $SLURM_SRUN_COMM_HOST'\n",
+                 "-N2", "-n2")
+    assert sorted(line for line in out.splitlines() if line[:1].isdigit()) == [
+        "0: 10.77.0.1 10.77.0.1", "1: 10.77.0.1 10.77.0.1"], out
+    # one line per address, as Slurm's sinfo matches lines on the fields it shows
+    assert run(["sinfo", "-h", "-p", "debug", "-o", "%N %o"], env=own_network).stdout == \
+        "node1 10.77.0.1\nnode2 10.77.0.2\n"
+    node2 = run(["scontrol", "show", "node", "node2"], env=own_network).stdout
+    assert "   NodeAddr=10.77.0.2 NodeHostName=localhost " in node2, node2
+    login = run(["srun", "-n1", "bash", "-c", "echo $SLURM_LAUNCH_NODE_IPADDR"], cwd=workdir, env=own_network)
+    assert login.stdout == "127.0.0.1\n", login
+
+
 def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Path) -> None:
     """torch's gloo over the nodes' own addresses, as lesson 8 runs it."""
     out = sbatch(workdir, own_network,

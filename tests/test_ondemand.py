@@ -164,7 +164,10 @@ def test_ondemand_app_starts_the_course_in_a_slurm_job(tmp_path: Path) -> None:
         prefix = f"/node/{conn['host']}/{conn['port']}"
         assert f'action="{prefix}/login"' in view and f'value="{conn["password"]}"' in view
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-        base = f"http://{conn['host']}:{conn['port']}{prefix}"
+        # OnDemand's web server reaches the node by its name; the local Slurm's nodes share this
+        # machine's network here, where the node names stand for 127.0.0.1 inside jobs only
+        address = conn["host"] if REAL else "127.0.0.1"
+        base = f"http://{address}:{conn['port']}{prefix}"
         login = opener.open(urllib.request.Request(f"{base}/login", urllib.parse.urlencode(
             {"password": conn["password"]}).encode()), timeout=30)
         assert login.status == 200 and "/lab" in login.url, login.url  # logged in: redirected into JupyterLab

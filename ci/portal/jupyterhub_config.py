@@ -26,7 +26,10 @@ users = set(setting("USERS").split())
 loopback = "127.0.0.1"  # every port on loopback only, away from the tests' ports
 
 c.JupyterHub.bind_url = f"http://{loopback}:{setting('PORT')}"
-c.JupyterHub.hub_bind_url = c.JupyterHub.hub_connect_url = f"http://{loopback}:{setting('HUB_PORT')}"
+# where the servers' nodes reach the hub's API: this machine's loopback where they share its network,
+# the login node's address on the nodes' network where each node has its own (the real lane's nodes)
+hub_address = os.environ.get("HPCNB_PORTAL_HUB_ADDRESS") or loopback
+c.JupyterHub.hub_bind_url = c.JupyterHub.hub_connect_url = f"http://{hub_address}:{setting('HUB_PORT')}"
 c.ConfigurableHTTPProxy.api_url = f"http://{loopback}:{setting('PROXY_API_PORT')}"
 c.ConfigurableHTTPProxy.command = [setting("PROXY")]
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
@@ -59,10 +62,12 @@ c.Spawner.notebook_dir = "~/" + setting("COURSE_DIR")
 c.Spawner.default_url = "/lab"
 # compute nodes have no internet: no JupyterLab news or update checks
 c.Spawner.args = ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-# Every node of the one machine is 127.0.0.1 (virtual node names resolve only where /etc/hosts
-# or nss_wrapper says so). batchspawner makes the server listen on all interfaces: on a machine
-# reachable from outside, firewall the ports above 1024 or give the jobs' nodes private addresses.
-c.SlurmSpawner.state_exechost_exp = loopback
+# batchspawner makes the server listen on all interfaces of its node: on a machine reachable from
+# outside, firewall the ports above 1024 or give the jobs' nodes private addresses. Where the nodes
+# share this machine's network, every node is 127.0.0.1 (virtual node names resolve only inside
+# jobs); where each has its own, the hub reaches a server by its node's name (squeue's %B).
+if hub_address == loopback:
+    c.SlurmSpawner.state_exechost_exp = loopback
 # A loaded 2-core machine: slow starts are normal.
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 180

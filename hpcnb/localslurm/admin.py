@@ -290,7 +290,7 @@ def recover() -> str:
     steps = [{k: v for k, v in s.items() if k in new_step_cols} for s in steps if s.get("job_id") in saved]
 
     now = time.time()
-    ended, requeued_none, failed_pending = [], [], []
+    ended, failed_pending = [], []
     for job in saved.values():
         if job["state"] in ("RUNNING", "COMPLETING", "SUSPENDED"):
             procs.send(procs.job_processes(job["id"], str(state)), signal.SIGKILL)
@@ -391,11 +391,10 @@ def _nodes_line() -> str:
     found = mode()
     if found != "apart":
         return f"{found}; every node shares this machine's hostname, /tmp and network"
-    failed = network.failure()
-    if network.running() or (network.wanted() and not failed):
+    if network.in_use():
         return ("apart (each node its own hostname, /tmp and network; no ssh between nodes; "
                 "the login node does not reach servers on the nodes)")
-    why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {failed}"
+    why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {network.failure()}"
     return f"apart (each node its own hostname and /tmp; the network is shared: {why})"
 
 

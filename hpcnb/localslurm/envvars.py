@@ -307,6 +307,9 @@ def task_env(
     env["SLURM_PRIO_PROCESS"] = str(_srun_nice(job))
     first = sum(p["tasks"] for p in layout[:node_index])
     ntasks = step["ntasks"]
+    from . import network  # (not at import: it brings dataclasses onto every command's path)
+
+    launcher = network.launch_address(os.uname().nodename)  # srun's node (the login node's name is none)
     env.update(
         {
             "SLURM_PROCID": str(proc_id),
@@ -324,9 +327,9 @@ def task_env(
             "SLURM_STEP_NUM_TASKS": str(ntasks),
             "SLURM_STEP_TASKS_PER_NODE": compress_counts([p["tasks"] for p in layout]),
             "SLURM_STEP_LAUNCHER_PORT": str(launcher_port),
-            "SLURM_SRUN_COMM_HOST": "127.0.0.1",
+            "SLURM_SRUN_COMM_HOST": launcher,
             "SLURM_SRUN_COMM_PORT": str(launcher_port),
-            "SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1",
+            "SLURM_LAUNCH_NODE_IPADDR": launcher,
             "SLURM_UMASK": _umask(),
         }
     )

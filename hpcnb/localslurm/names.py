@@ -39,7 +39,12 @@ def nss_wrapper_library() -> str | None:
 
 
 def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
-    """Variables a job needs so its node names resolve ({} when they already do)."""
+    """Variables a job needs so its node names resolve ({} when they already do, or when the nodes
+    have networks of their own: there each task's /etc/hosts names every node)."""
+    from . import network
+
+    if network.in_use():
+        return {}
     found = _resolver(list(cluster.nodes))
     if not found:
         return {}

@@ -23,17 +23,14 @@ yet: the login node (the notebook's kernel, a portal's hub) and the nodes do not
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import paths
 
@@ -47,8 +44,7 @@ POLL_S = 2.0
 ALONE_EXIT_S = 60.0  # the holder leaves after this long without a controller (one starts it again)
 
 
-@dataclass(frozen=True)
-class NodeNet:
+class NodeNet(NamedTuple):
     """What a task needs to join its node's network: the namespaces' paths, and whether the fabric
     has a user namespace of its own (not when root built it)."""
 
@@ -104,6 +100,33 @@ def node_net(node: str) -> NodeNet | None:
 def running() -> bool:
     """Whether this state folder's nodes have their own network now."""
     return _running(paths.state_dir() / RECORD) is not None
+
+
+def in_use() -> bool:
+    """Whether the nodes have networks of their own, or will have once the controller grants a job."""
+    from .apart import mode
+
+    return running() or (wanted() and not failure() and mode() == "apart")
+
+
+def shown_address(nodes: list[str], names: list[str]) -> str:
+    """What sinfo's ``%o`` and scontrol's ``NodeAddr`` show for ``names`` (of the cluster's ``nodes``):
+    their addresses in the nodes' own network, as a hostlist; 127.0.0.1 where they share this machine's."""
+    if not in_use():
+        return "127.0.0.1"
+    import hostlist
+
+    return hostlist.collect_hostlist([address(nodes.index(name))[0] for name in names])
+
+
+def launch_address(node: str) -> str:
+    """The address a process on host ``node`` is reached at (``SLURM_LAUNCH_NODE_IPADDR`` of the steps
+    it starts): the node's own in the fabric; 127.0.0.1 on the login node (no node's name; it has no
+    address in the fabric), or where the nodes share this machine's network."""
+    record = _running(paths.state_dir() / RECORD)
+    if not record or node not in record["names"]:
+        return "127.0.0.1"
+    return address(record["names"].index(node))[0]
 
 
 def ensure(nodes: list[str]) -> dict:
@@ -185,6 +208,8 @@ def _start(state: Path, nodes: list[str]) -> dict:
 
 def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
     """The holder: build the fabric, answer with its record, then stay while the record names it."""
+    import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     path = state / RECORD
     me = os.getpid()
@@ -250,6 +275,8 @@ def _names_me(path: Path, pid: int) -> bool:
 
 
 def _unshare(libc, flags: int) -> None:
+    import ctypes
+
     if libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare: {os.strerror(err)}")
@@ -262,20 +289,20 @@ def _map_self(uid: int, gid: int) -> None:
             fh.write(text)
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
 def keep_capabilities(libc, caps: tuple[int, ...] = KEPT_CAPS) -> None:
     """Hold ``caps`` only (in the fabric's user namespace), and keep them across execve: ``ip`` needs
     them, and a task's ``srun`` needs them to place its tasks in another node's namespaces. They reach
     nothing outside the fabric. Every process of the fabric holds the same ones, so that each may look
     at the others (``/proc/PID/ns``, ``py-spy``) as the same user does outside."""
-    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    import ctypes  # (here, not at import: every sbatch asks in_use())
+
+    class CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = CapHeader(0x20080522, 0), (CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
     for cap in caps:
         word = data[cap // 32]
         bit = 1 << (cap % 32)
@@ -290,6 +317,8 @@ def keep_capabilities(libc, caps: tuple[int, ...] = KEPT_CAPS) -> None:
 
 def _tool(name: str) -> str:
     """``ip`` or ``nsenter``, also where PATH lacks the system folders (a student's own PATH)."""
+    import shutil
+
     found = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin")
     if not found:
         raise OSError(f"{name} is not installed (Debian: iproute2, util-linux)")
@@ -298,6 +327,8 @@ def _tool(name: str) -> str:
 
 def _ip(*args: str, inside: int | None = None) -> None:
     """Run ``ip ARGS``, in the network namespace of process ``inside`` if given."""
+    import subprocess
+
     enter = [] if inside is None else [_tool("nsenter"), f"--net=/proc/{inside}/ns/net"]
     found = subprocess.run([*enter, _tool("ip"), *args], capture_output=True, text=True, timeout=10)
     if found.returncode:

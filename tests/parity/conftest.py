@@ -39,10 +39,9 @@ def sides(tmp_path_factory: pytest.TempPathFactory):
     venv_bin = str(harness.ROOT / ".venv" / "bin")
     rest = f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"
     # HPCNB_SLURM_VERSION: the local Slurm behaves as the real lane's version (the real one ignores it);
-    # HPCNB_NODE_NETWORK: the real lane's two slurmd share this machine's network, so do the local nodes
-    # (horovodrun across them finds no ssh in a network of their own: tests/test_training.py)
+    # the nodes of both have networks of their own (the real lane's: ci/real-slurm.sh)
     common = {"HPCNB_STATE_DIR": str(state), "HPCNB_CONTROLLER_IDLE": "120", "HPCNB_LOCAL_BIN": local_bin,
-              "HPCNB_SLURM_VERSION": harness.REAL_VERSION, "HPCNB_NODE_NETWORK": "shared"}
+              "HPCNB_SLURM_VERSION": harness.REAL_VERSION}
     local = Side("local", tmp_path_factory.mktemp("parity-local"),
                  {**harness.clean_env(f"{local_bin}:{rest}"), **common}, state)
     real_path = rest if harness.REAL_BIN == "/usr/bin" else f"{harness.REAL_BIN}:{rest}"

@@ -87,7 +87,8 @@ INTENTIONAL = {
     "virtual nodes are the host, which has Lmod (lesson 3b), and the 24.11 lane's nodes a chroot without it. "
     "Jobs that load a login environment (--export=NONE, --get-user-env) show it: left out on both sides.",
     "alloc_node": "scontrol's AllocNode:Sid names the submitting host and session as slurmctld saw them "
-    "(real: localhost:<sid>); the local Slurm records the host name and session 0: normalised.",
+    "(real: localhost:<sid>, or the login node's address on the nodes' network); the local Slurm records "
+    "the host name and session 0: normalised.",
 }
 
 _LOCK = threading.Lock()
@@ -426,12 +427,25 @@ def _path_var(norm: Norm, value: str) -> str:
     return ":".join(parts)
 
 
+def node_address(value: str) -> str:
+    """An address of a node or of the login node, named by what it stands for: each Slurm has its
+    nodes' network (the real lanes': 10.78.V.i, the login node 10.78.V.254, ci/real-slurm.sh; the
+    local Slurm's: 10.77.0.i, hpcnb/localslurm/network.py, the login node not in it: 127.0.0.1)."""
+    found = re.fullmatch(r"10\.7[78]\.\d+\.(\d+)", value)
+    if value in ("127.0.0.1", "localhost") or (found and found.group(1) == "254"):
+        return "<login node>"
+    return f"<node{found.group(1)}>" if found else value
+
+
 ENV_RULES: dict[str, Callable[[Norm, str], str]] = {
     "SLURM_JOB_ID": lambda n, v: n.job(v),
     "SLURM_JOBID": lambda n, v: n.job(v),
     "SLURM_ARRAY_JOB_ID": lambda n, v: n.job(v),
     "SLURM_TASK_PID": lambda n, v: "<PID>" if v.isdigit() else v,
     "SLURM_SRUN_COMM_PORT": lambda n, v: "<PORT>" if v.isdigit() else v,
+    "SLURM_SRUN_COMM_HOST": lambda n, v: node_address(v),
+    "SLURM_WORKING_CLUSTER": lambda n, v: ":".join(node_address(x) if i == 1 else x for i, x in enumerate(v.split(":"))),
+    "SLURM_LAUNCH_NODE_IPADDR": lambda n, v: node_address(v),
     "SLURM_STEP_LAUNCHER_PORT": lambda n, v: "<PORT>" if v.isdigit() else v,
     "SLURM_CONF": lambda n, v: "<SLURM_CONF>" if v.endswith("slurm.conf") else v,
     "SLURM_SUBMIT_HOST": lambda n, v: "<SUBMIT_HOST>" if v == socket.gethostname() else v,

@@ -11,6 +11,7 @@ live in the cases_*.py modules and are collected here, in this one module, in th
   cases_5_lessons  lesson-level jobs: torch DDP (gloo), Lightning DDP, horovodrun --gloo
   cases_6_fidelity srun in an ended job or an --export job, srun -K, the queries of batchspawner,
                    dask-jobqueue, submitit
+  cases_7_nodes    what a task sees of its node: hostname, the node's own /tmp
   cases_9_long     TIMEOUT, --signal, requeue (started when the session starts, collected last)
 
 One module, run in one process (``make test-parity``): cases running side by side would change
@@ -26,6 +27,7 @@ from .cases_3_formats import *  # noqa: F401,F403
 from .cases_4_env import *  # noqa: F401,F403
 from .cases_5_lessons import *  # noqa: F401,F403
 from .cases_6_fidelity import *  # noqa: F401,F403
+from .cases_7_nodes import *  # noqa: F401,F403
 from .cases_9_long import *  # noqa: F401,F403
 
 pytestmark = pytest.mark.realslurm

@@ -14,7 +14,7 @@ import hostlist
 
 from hpcnb.slurm.times import format_squeue_time
 
-from .. import alloc, db, formats
+from .. import alloc, db
 from .common import getopt_parse, open_cluster
 
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
@@ -58,8 +58,14 @@ def node_states(cluster, conn) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def rows(cluster, conn, by_node: bool, summary: bool = False) -> list[dict]:
+def rows(cluster, conn, by_node: bool, summary: bool = False, by_address: bool = False) -> list[dict]:
+    """sinfo's lines: one per partition and node state, and, as Slurm's sinfo matches lines on the
+    fields it shows, per node address when ``%o`` is shown and the nodes have addresses of their own."""
     states = node_states(cluster, conn)
+    if by_address:
+        from .. import network
+
+        by_address = network.in_use()
     out = []
     if by_node:  # one line per node and partition, node by node
         for name in cluster.nodes:
@@ -70,7 +76,8 @@ def rows(cluster, conn, by_node: bool, summary: bool = False) -> list[dict]:
     for part in cluster.partitions.values():
         groups: dict[str, list[str]] = {}
         for name in part.nodes:  # one line per node state (-s: one per partition)
-            groups.setdefault("all" if summary else states[name][0], []).append(name)
+            key = "all" if summary else states[name][0]
+            groups.setdefault(f"{key} {name}" if by_address else key, []).append(name)
         for key, names in groups.items():
             out.append({"part": part, "nodes": names, "state": states[names[0]][0], "states": states})
     return out
@@ -82,6 +89,12 @@ def _partition_name(part, width: str) -> str:
     if width and part.default and len(name) > int(width):
         name = part.name[: max(0, int(width) - 1)] + "*"
     return name
+
+
+def _addresses(cluster, names: list[str]) -> str:
+    from .. import network  # (only here: it is not light)
+
+    return network.shown_address(list(cluster.nodes), names)
 
 
 def fields(row: dict, cluster) -> dict:
@@ -115,7 +128,7 @@ def fields(row: dict, cluster) -> dict:
         "m": lambda: str(first.memory_mb),
         "n": lambda: "localhost",
         "N": lambda: hostlist.collect_hostlist(names),
-        "o": lambda: "127.0.0.1",
+        "o": lambda: _addresses(cluster, names),
         "O": lambda: f"{os.getloadavg()[0]:.2f}",
         "p": lambda: "1",
         "r": lambda: "no",
@@ -240,7 +253,9 @@ def main(argv: list[str]) -> int:
     headers = {k: (lambda v=v: v) for k, v in HEADERS.items()}
     if show_header:
         lines.append(render_long(spec, headers) if spec is not None else render(fmt, headers))
-    for row in rows(cluster, conn, by_node and not summary, summary):
+    shows_address = any(letter == "o" for letter, _, _ in spec) if spec is not None else bool(
+        re.search(r"%[.\d]*o", fmt))
+    for row in rows(cluster, conn, by_node and not summary, summary, shows_address):
         if partitions and row["part"].name not in partitions:
             continue
         values = fields(row, cluster)

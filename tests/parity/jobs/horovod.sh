@@ -5,9 +5,8 @@
 #SBATCH --time=00:05:00
 #SBATCH --mem=3000M
 #SBATCH --output=%x-%j.out
-# --mem: here both virtual nodes are one machine, so horovodrun starts all 4 workers inside the
-# batch step on node1, which is held to node1's memory (on a cluster it would ssh to node2)
-# horovodrun starts the workers itself: its host list comes from Slurm's node list
+# horovodrun starts the workers itself, its host list from Slurm's node list, through ssh on the
+# other nodes: with no ssh between the nodes (both sides here, as on many clusters) it stops there
 HOSTS=""
 for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
     HOSTS="$HOSTS$node:$SLURM_NTASKS_PER_NODE,"

@@ -1,9 +1,13 @@
-"""A few deterministic Horovod steps; rank 0 prints the averaged weights."""
+"""A few deterministic Horovod steps; rank 0 prints the averaged weights. Started by horovodrun, or
+by srun (one Slurm task per worker: hpcnb's horovod_from_slurm gives each what horovodrun would)."""
 import os
 
 import torch
 import horovod.torch as hvd
 
+from hpcnb.lessons.distributed import horovod_from_slurm
+
+rendezvous = horovod_from_slurm()  # (nothing under horovodrun) rank 0 keeps it until the end
 hvd.init()
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
@@ -21,3 +25,4 @@ print(f"rank {hvd.rank()}/{hvd.size()} local {hvd.local_rank()} host {host}", fl
 if hvd.rank() == 0:
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     print(f"weights {' '.join(f'{w:.5f}' for w in weights.tolist())}", flush=True)
+hvd.shutdown()

@@ -1,0 +1,92 @@
+"""Nodes that are apart: what a job's tasks see of the node they run on.
+
+A 2-node job on a real cluster: each task's ``hostname``, ``socket.gethostname()`` and
+``$SLURMD_NODENAME`` name its own node; a file the batch shell writes to ``/tmp`` is on the first
+node only, a file a step writes to ``/tmp`` is seen by the later steps on that same node only, and
+the login node sees none of them. Each node has its own network: ``localhost`` on node2 is node2
+(a server on node1's loopback is not reached there), both nodes bind the same port at once, and a
+server on node1 is reached from node2 by node1's name. The real lanes' two slurmd each have a
+hostname, a ``/tmp`` and a network of their own (ci/real-slurm.sh), the local Slurm's nodes theirs
+(hpcnb/localslurm/apart.py, network.py).
+"""
+from __future__ import annotations
+
+from .harness import Side, compare, on_both
+
+# the batch shell leaves a file in its /tmp; step 0 leaves one per node; step 1 says which it sees
+NODE_FACTS = r"""#!/bin/bash
+mark=/tmp/hpcnb-parity-$SLURM_JOB_ID
+echo batch > $mark.batch
+srun bash -c 'echo $SLURMD_NODENAME > '$mark'.$SLURMD_NODENAME'
+srun bash -c 'seen=$(cd /tmp && ls -d hpcnb-parity-'$SLURM_JOB_ID'.* | sed "s/.*\.//" | sort | tr "\n" " ")
+  name=$(python3 -c "import socket; print(socket.gethostname())")
+  echo "task $SLURM_PROCID: $SLURMD_NODENAME $(hostname) $name; sees in /tmp: $seen" > task.$SLURM_PROCID'
+"""
+
+
+def test_nodes_hostname_and_tmp_of_each_node(sides) -> None:
+    def one(side: Side) -> dict[str, str]:
+        wd = side.workdir("nodes-hostname-tmp")
+        job = side.sbatch(["-N2", "--ntasks-per-node=1", "-o", "out.txt"], wd, NODE_FACTS)
+        side.wait_done(job, wd)
+        tasks = "".join((wd / f"task.{i}").read_text() for i in range(2) if (wd / f"task.{i}").exists())
+        left = side.run(f"ls -d /tmp/hpcnb-parity-{job}.* 2>/dev/null | wc -l", wd).stdout.strip()
+        return {"tasks": tasks, "output": (wd / "out.txt").read_text(), "files in the login node's /tmp": left}
+
+    got = on_both(sides, one)
+    compare("nodes: hostname and /tmp of each node", got["local"], got["real"])
+    assert got["real"]["tasks"] == ("task 0: node1 node1 node1; sees in /tmp: batch node1 \n"
+                                    "task 1: node2 node2 node2; sees in /tmp: node2 \n"), got["real"]
+
+
+# one task per node: both bind the same port on every address, node1 also one on its loopback; once
+# both are listening (files in the shared working folder), each tries its localhost and the other node
+NETWORK = r"""import os, socket, sys, time
+node = os.environ["SLURMD_NODENAME"]
+other = "node2" if node == "node1" else "node1"
+port = 30000 + int(os.environ["SLURM_JOB_ID"]) % 10000
+servers = [socket.create_server(("0.0.0.0", port))]
+if node == "node1":
+    servers.append(socket.create_server(("127.0.0.1", port + 1)))
+
+
+def barrier(name):
+    open(f"{name}.{node}", "w").close()
+    end = time.time() + 60
+    while not os.path.exists(f"{name}.{other}"):
+        if time.time() > end:
+            sys.exit(f"{node}: {other} never reached {name}")
+        time.sleep(0.05)
+
+
+def answers(host, port):
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+        return "answers"
+    except OSError as err:
+        return type(err).__name__
+
+
+barrier("listening")
+print(f"{node}: bound 0.0.0.0:<P> as the other node did; localhost:<P+1> (node1's loopback server): "
+      f"{answers('localhost', port + 1)}; {other}:<P>: {answers(other, port)}", flush=True)
+barrier("done")
+"""
+
+
+def test_nodes_network_of_each_node(sides) -> None:
+    def one(side: Side) -> str:
+        wd = side.workdir("nodes-network")
+        (wd / "net.py").write_text(NETWORK)
+        job = side.sbatch(["-N2", "--ntasks-per-node=1", "-o", "out.txt"], wd,
+                          "#!/bin/bash\nsrun python3 net.py\n")
+        side.wait_done(job, wd)
+        return "".join(sorted((wd / "out.txt").read_text().splitlines(keepends=True)))
+
+    got = on_both(sides, one)
+    compare("nodes: localhost, ports and names of each node", got["local"], got["real"])
+    assert got["real"] == (
+        "node1: bound 0.0.0.0:<P> as the other node did; localhost:<P+1> (node1's loopback server): answers; "
+        "node2:<P>: answers\n"
+        "node2: bound 0.0.0.0:<P> as the other node did; localhost:<P+1> (node1's loopback server): "
+        "ConnectionRefusedError; node1:<P>: answers\n"), got["real"]
