@@ -3,7 +3,8 @@
 Each case of ``cases.json`` (tests/fixtures/real-slurm-22.05/ and captures-24.11/, written by
 ``ci/real-slurm/capture-fixtures.py``) is rerun on an idle local Slurm of the same version: exit code,
 stdout and stderr must be the capture's, after normalising job ids and what describes the host
-rather than the virtual node (load, free memory, OS, boot and start times, the slurmd port).
+rather than the virtual node (load, free memory, OS, boot and start times, the slurmd port), and the
+node's address (each cluster's own network: the capture's nodes had 127.0.0.1).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from conftest import Lane
 
 # values of the machine the capture ran on (scontrol show node), normalised on both sides
-HOST_STATS = re.compile(r"\b(CPULoad|FreeMem|BootTime|SlurmdStartTime|LastBusyTime|Port)=\S+")
+HOST_STATS = re.compile(r"\b(CPULoad|FreeMem|BootTime|SlurmdStartTime|LastBusyTime|Port|NodeAddr)=\S+")
 HOST_OS = re.compile(r"^(   OS=).*$", re.M)
 SUBMITTED = re.compile(r"Submitted batch job \d+")
 # what the local Slurm does not emulate yet, by version: each must still differ (else remove it here)
