@@ -543,13 +543,13 @@ start_slurmdbd() {
 node_index() { local i; for i in "${!NODES[@]}"; do if [ "${NODES[$i]}" = "$1" ]; then echo $((i + 1)); fi; done; }
 node_addr() { echo "$NET.$(node_index "$1")"; }
 netns_name() { echo "hpcnb-$TAG-$1"; }
-# the /etc/hosts lines naming the nodes (the host's for 22.05, the chroot's for 24.11); each also at
-# its IPv4 address as IPv6 sees it: a dual-stack server (torch's TCPStore) looks its clients' names
-# up by that form, which the hosts file answers only so (see hosts_text in hpcnb/localslurm/network.py)
+# the /etc/hosts lines naming the nodes (the host's for 22.05, the chroot's for 24.11), each also at
+# `::ffff:ADDR` under a name of its own, as the local Slurm's (hosts_text in
+# hpcnb/localslurm/network.py says why: torch's dual-stack TCPStore names its clients so)
 hosts_lines() {
   local n
   for n in "${NODES[@]}"; do echo "$(node_addr "$n") $n $HOSTS_MARK"; done
-  for n in "${NODES[@]}"; do echo "::ffff:$(node_addr "$n") $n $HOSTS_MARK"; done
+  for n in "${NODES[@]}"; do echo "::ffff:$(node_addr "$n") $n.ipv4-mapped $HOSTS_MARK"; done
 }
 
 bridge_up() {

@@ -116,6 +116,15 @@ def test_slurm_shows_the_nodes_addresses(own_network, workdir: Path) -> None:
     assert login.stdout == "127.0.0.1\n", login
 
 
+def test_a_server_binds_to_its_nodes_name(own_network, workdir: Path) -> None:
+    """``jupyter lab --ip=$(hostname)``, as OnDemand's app does: every address of the name binds (the
+    IPv4-mapped form, kept for torch's reverse lookups, is under a name of its own)."""
+    out = sbatch(workdir, own_network, f"{sys.executable} -c 'import socket; from tornado.netutil import bind_sockets; "
+                 "print(len(bind_sockets(0, socket.gethostname())), \"bound\"); "
+                 "print(socket.getnameinfo((\"::ffff:10.77.0.1\", 0), socket.NI_NAMEREQD)[0])'\n", "-w", "node1")
+    assert out == "2 bound\nnode1.ipv4-mapped\n", out
+
+
 def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Path) -> None:
     """torch's gloo over the nodes' own addresses, as lesson 8 runs it."""
     out = sbatch(workdir, own_network,

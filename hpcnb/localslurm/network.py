@@ -73,15 +73,17 @@ def address(index: int) -> tuple[str, str]:
 
 
 def hosts_text(nodes: list[str]) -> str:
-    """The hosts file every node sees: each node's name at its own address, and ``localhost``. Also at
-    its IPv4 address as IPv6 sees it (``::ffff:10.77.0.2``): a dual-stack server (torch's TCPStore)
-    looks its IPv4 clients' names up by that form, which glibc's DNS lookup maps back to IPv4 (a
-    cluster's DNS answers it) but its hosts file lookup does not (torch then warns "The hostname of
-    the client socket cannot be retrieved")."""
+    """The hosts file every node sees: each node's name at its own address, and ``localhost``. Also,
+    under a name of its own (``node2.ipv4-mapped``), its IPv4 address as IPv6 sees it
+    (``::ffff:10.77.0.2``): a dual-stack server (torch's TCPStore) looks its IPv4 clients' names up
+    by that form, which glibc's DNS lookup maps back to IPv4 (a cluster's DNS answers it) but its
+    hosts file lookup does not (torch then warns "The hostname of the client socket cannot be
+    retrieved"). Not under the node's name: a server bound to it (``jupyter lab --ip=node2``) would
+    try that address too, which no socket binds (EINVAL)."""
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
     for index, node in enumerate(nodes):
         v4, v6 = address(index)
-        lines += [f"{v4} {node}", f"{v6} {node}", f"::ffff:{v4} {node}"]
+        lines += [f"{v4} {node}", f"{v6} {node}", f"::ffff:{v4} {node}.ipv4-mapped"]
     return "\n".join(lines) + "\n"
 
 

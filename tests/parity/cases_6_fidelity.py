@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from . import harness
-from .harness import Norm, Side, compare, intentional, on_both, settled_text, without_waiting
+from .harness import STEP_RETRY, Norm, Side, compare, intentional, on_both, settled_text, without_waiting
 
 TRUE = "#!/bin/bash\ntrue\n"
 # task $FAIL (default 1) fails at once; the other would run on for 10 s (and say "survived"), as one
@@ -108,10 +108,6 @@ echo "srun bash: rc=$?"
 srun -n1 /bin/sh -c '{STEP}'
 echo "srun /bin/sh: rc=$?"
 """
-
-
-# a real srun whose step waits for the last one's resources to be released says so: timing
-STEP_RETRY = re.compile(r"step creation temporarily disabled, retrying|Step created for (job|StepId)")
 
 
 def test_fidelity_srun_in_a_job_with_export(sides) -> None:

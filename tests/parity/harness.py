@@ -91,6 +91,9 @@ INTENTIONAL = {
     "the host name and session 0: normalised.",
 }
 
+# a real srun whose step waits for the last one's resources to be released says so: timing
+STEP_RETRY = re.compile(r"step creation temporarily disabled, retrying|Step created for (job|StepId)")
+
 _LOCK = threading.Lock()
 
 
