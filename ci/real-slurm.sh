@@ -620,9 +620,17 @@ node_shell() {
 }
 
 start_slurm() {
-  local n sum confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf")
+  local n sum kept confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf")
   [ -z "$ROOTFS" ] || confs+=("$ROOTFS$ETC/cgroup.conf")
   sum=$(conf_sum "${confs[@]}")
+  kept=$(kept_tmp_paths | sha256sum | cut -d' ' -f1)
+  if stale slurmd "$kept"; then  # a slurmd's /tmp keeps what was kept when it started
+    for n in "${NODES[@]}"; do
+      alive "$S/slurmd-$n.pid" slurmd || continue
+      log "the /tmp paths the nodes keep changed since start (another project): restarting slurmd $n"
+      stop "$S/slurmd-$n.pid" slurmd
+    done
+  fi
   if stale slurm "$sum"; then
     for n in $(printf '%s\n' "${NODES[@]}" | tac); do
       alive "$S/slurmd-$n.pid" slurmd || continue
@@ -664,6 +672,7 @@ start_slurm() {
     wait_for "slurmd $n to write $S/slurmd-$n.pid" test -s "$S/slurmd-$n.pid"
   done
   echo "$sum" > "$S/slurm.sum"
+  echo "$kept" > "$S/slurmd.sum"
 }
 
 cmd_up() {
