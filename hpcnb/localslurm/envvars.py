@@ -307,7 +307,7 @@ def task_env(
     env["SLURM_PRIO_PROCESS"] = str(_srun_nice(job))
     first = sum(p["tasks"] for p in layout[:node_index])
     ntasks = step["ntasks"]
-    from . import network  # (not at import: it brings dataclasses onto every command's path)
+    from . import network
 
     launcher = network.launch_address(os.uname().nodename)  # srun's node (the login node's name is none)
     env.update(

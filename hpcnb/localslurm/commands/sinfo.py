@@ -92,7 +92,7 @@ def _partition_name(part, width: str) -> str:
 
 
 def _addresses(cluster, names: list[str]) -> str:
-    from .. import network  # (only here: it is not light)
+    from .. import network
 
     return network.shown_address(list(cluster.nodes), names)
 
