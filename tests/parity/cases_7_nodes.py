@@ -25,7 +25,7 @@ srun bash -c 'seen=$(cd /tmp && ls -d hpcnb-parity-'$SLURM_JOB_ID'.* | sed "s/.*
 
 
 def test_nodes_hostname_and_tmp_of_each_node(sides) -> None:
-    def one(side: Side) -> dict[str, str]:
+    def one(side: Side) -> dict:
         wd = side.workdir("nodes-hostname-tmp")
         job = side.sbatch(["-N2", "--ntasks-per-node=1", "-o", "out.txt"], wd, NODE_FACTS)
         side.wait_done(job, wd)
