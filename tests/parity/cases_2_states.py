@@ -321,18 +321,17 @@ def test_array_throttle(sides) -> None:
         wd = side.workdir("state-array-throttle")
         job_id = side.sbatch(["--array=1-4%2", "-o", "out-%a.txt"], wd, ARRAY_SCRIPT)
         side.wait_state(job_id, wd, lambda s: list(s.values()).count("RUNNING") == 2)
-        snapshot = ""
+        throttled = None  # squeue once the waiting tasks have their reason
         end = time.time() + 20
-        while time.time() < end:  # until the real slurmctld has given the waiting tasks their reason
+        while time.time() < end and throttled is None:  # the real slurmctld gives it at its next pass
             snapshot = side.ok(["squeue", "-h", "-j", str(job_id), "-o", "%i|%T|%r"], wd).stdout
-            if "JobArrayTaskLimit" in snapshot:
-                break
+            throttled = snapshot if "JobArrayTaskLimit" in snapshot else None
             time.sleep(0.2)
         side.wait_done(job_id, wd)
         ids = side.job_ids(job_id, wd)
         norm = Norm(side, [wd], ids)
         return {
-            "squeue while throttled": sorted(norm.job(line) for line in snapshot.splitlines()),
+            "squeue while throttled": throttled and sorted(norm.job(line) for line in throttled.splitlines()),
             "max running at once": _max_concurrent((wd / "times.txt").read_text()),
             "sacct": sorted(sacct_rows(side, norm, job_id, wd)),
             "scontrol": scontrol_fields(side, norm, f"{job_id}_4", wd, ("JobState", "ExitCode", "ArrayJobId",
@@ -340,4 +339,9 @@ def test_array_throttle(sides) -> None:
             "files": sorted(p.name for p in wd.iterdir()),
         }
 
-    check("array-1-4%2", on_both(sides, one), ("squeue while throttled", "max running at once", "sacct", "scontrol", "files"))
+    got = on_both(sides, one)
+    aspects = ["squeue while throttled", "max running at once", "sacct", "scontrol", "files"]
+    assert got["local"]["squeue while throttled"], "the local Slurm showed no JobArrayTaskLimit while throttled"
+    if got["real"]["squeue while throttled"] is None:  # a busy real slurmctld (CI: 24.11 beside the lessons)
+        aspects.remove("squeue while throttled")       # gave no reason before the first tasks ended
+    check("array-1-4%2", got, aspects)
