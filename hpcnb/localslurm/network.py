@@ -111,14 +111,11 @@ def in_use() -> bool:
     return running() or (wanted() and not failure() and mode() == "apart")
 
 
-def shown_address(nodes: list[str], names: list[str]) -> str:
-    """What sinfo's ``%o`` and scontrol's ``NodeAddr`` show for ``names`` (of the cluster's ``nodes``):
-    their addresses in the nodes' own network, as a hostlist; 127.0.0.1 where they share this machine's."""
-    if not in_use():
-        return "127.0.0.1"
-    import hostlist
-
-    return hostlist.collect_hostlist([address(nodes.index(name))[0] for name in names])
+def node_addresses(nodes: list[str]) -> dict[str, str]:
+    """Each node's address as sinfo's ``%o`` and scontrol's ``NodeAddr`` show it: its own in the nodes'
+    network; 127.0.0.1 for every node where they share this machine's."""
+    own = in_use()
+    return {node: address(index)[0] if own else "127.0.0.1" for index, node in enumerate(nodes)}
 
 
 def launch_address(node: str) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import (DATE_LINE, TIME_RE, Norm, Side, backfill_year, compare, intentional, node_address, on_both,
-                      parse_keyvals)
+from .harness import (DATE_LINE, TIME_RE, Norm, Side, backfill_year, compare, intentional, name_addresses,
+                      node_address, on_both, parse_keyvals)
 
 
 SCRIPT = "#!/bin/bash\necho out-line\necho err-line >&2\nsrun -N1 -n1 true\n"
@@ -285,8 +285,8 @@ def test_scontrol_show_job_completed_array(sides) -> None:
 def _sinfo_outputs(side: Side, wd: Path) -> dict:
     def out(*argv: str) -> list[str]:
         res = side.run(["sinfo", *argv], wd)
-        # the nodes' addresses: each Slurm's own network (harness.node_address)
-        lines = [re.sub(r"\b10\.7[78]\.\d+\.", "<NET>.", DATE_LINE.sub("<DATE>", x)) for x in res.stdout.splitlines()]
+        # the nodes' addresses (%o): each Slurm's own network
+        lines = [name_addresses(DATE_LINE.sub("<DATE>", x)) for x in res.stdout.splitlines()]
         if "-N" in argv:  # the real sinfo lists a node's partitions in no fixed order
             head = [x for x in lines[:2] if x == "<DATE>" or x.startswith("NODELIST")]
             lines = head + sorted(lines[len(head):])

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from .harness import JOBS, Norm, Side, compare, node_address, on_both, python, settled_text
+from .harness import JOBS, Norm, Side, compare, name_addresses, on_both, python, settled_text
 
 
 LESSONS = {  # name: (job script, files beside it, the state it ends in)
@@ -25,7 +25,6 @@ LESSONS = {  # name: (job script, files beside it, the state it ends in)
     "horovod-srun": ("horovod_srun.sh", ("horovod_train.py",), "COMPLETED"),
     "horovod": ("horovod.sh", ("horovod_train.py",), "FAILED"),
 }
-ADDRESS = re.compile(r"\b10\.7[78]\.\d+\.\d+\b")  # a node's, in each Slurm's network (harness.node_address)
 NOISE = (  # lines that tell nothing about Slurm and may differ with timing
     re.compile(r"^\s*$"),
 )
@@ -59,7 +58,7 @@ def run_lesson(side: Side, name: str) -> dict:
     norm = Norm(side, [wd], [job_id])
     outputs = list(wd.glob(f"*-{job_id}.out"))
     text = (settled_text(outputs[0]) if outputs else None) or "<no output file>"
-    text = ADDRESS.sub(lambda found: node_address(found.group(0)), norm.text(text))
+    text = name_addresses(norm.text(text))  # the peers' addresses: each Slurm's own network
     lines = sorted(SSH_FAILS.sub("<ssh to node2 fails>", line) for line in text.splitlines()
                    if not any(p.search(line) for p in NOISE))
     rows = side.ok(["sacct", "-P", "-n", "-j", str(job_id), "--format",

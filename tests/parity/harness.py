@@ -430,14 +430,24 @@ def _path_var(norm: Norm, value: str) -> str:
     return ":".join(parts)
 
 
+# an address in the nodes' network of a Slurm: the real lanes' 10.78.V.i (ci/real-slurm.sh), the
+# local Slurm's 10.77.0.i (hpcnb/localslurm/network.py)
+ADDRESS = re.compile(r"\b10\.7[78]\.\d+\.(\d+)\b")
+
+
 def node_address(value: str) -> str:
-    """An address of a node or of the login node, named by what it stands for: each Slurm has its
-    nodes' network (the real lanes': 10.78.V.i, the login node 10.78.V.254, ci/real-slurm.sh; the
-    local Slurm's: 10.77.0.i, hpcnb/localslurm/network.py, the login node not in it: 127.0.0.1)."""
-    found = re.fullmatch(r"10\.7[78]\.\d+\.(\d+)", value)
+    """An address of a node or of the login node, named by what it stands for: ``<node2>``, or
+    ``<login node>`` (the real lanes' 10.78.V.254; the local Slurm's login node is not in its
+    nodes' network: 127.0.0.1)."""
+    found = ADDRESS.fullmatch(value)
     if value in ("127.0.0.1", "localhost") or (found and found.group(1) == "254"):
         return "<login node>"
     return f"<node{found.group(1)}>" if found else value
+
+
+def name_addresses(text: str) -> str:
+    """Every address of the nodes' network in ``text`` named by :func:`node_address`."""
+    return ADDRESS.sub(lambda found: node_address(found.group(0)), text)
 
 
 ENV_RULES: dict[str, Callable[[Norm, str], str]] = {

@@ -58,28 +58,26 @@ def node_states(cluster, conn) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def rows(cluster, conn, by_node: bool, summary: bool = False, by_address: bool = False) -> list[dict]:
-    """sinfo's lines: one per partition and node state, and, as Slurm's sinfo matches lines on the
-    fields it shows, per node address when ``%o`` is shown and the nodes have addresses of their own."""
+def rows(cluster, conn, by_node: bool, summary: bool = False, shows_address: bool = False) -> list[dict]:
+    """sinfo's lines: one per partition and node state (-s: per partition), and, as Slurm's sinfo
+    matches lines on the fields it shows, per node address when ``%o`` is shown."""
     states = node_states(cluster, conn)
-    if by_address:
-        from .. import network
-
-        by_address = network.in_use()
+    addresses = _addresses(cluster) if shows_address else {}
     out = []
     if by_node:  # one line per node and partition, node by node
         for name in cluster.nodes:
             for part in cluster.partitions.values():
                 if name in part.nodes:
-                    out.append({"part": part, "nodes": [name], "state": states[name][0], "states": states})
+                    out.append({"part": part, "nodes": [name], "state": states[name][0], "states": states,
+                                "address": addresses.get(name)})
         return out
     for part in cluster.partitions.values():
-        groups: dict[str, list[str]] = {}
-        for name in part.nodes:  # one line per node state (-s: one per partition)
-            key = "all" if summary else states[name][0]
-            groups.setdefault(f"{key} {name}" if by_address else key, []).append(name)
-        for key, names in groups.items():
-            out.append({"part": part, "nodes": names, "state": states[names[0]][0], "states": states})
+        groups: dict[tuple, list[str]] = {}
+        for name in part.nodes:
+            groups.setdefault(("all" if summary else states[name][0], addresses.get(name)), []).append(name)
+        for (_, address), names in groups.items():
+            out.append({"part": part, "nodes": names, "state": states[names[0]][0], "states": states,
+                        "address": address})
     return out
 
 
@@ -91,10 +89,10 @@ def _partition_name(part, width: str) -> str:
     return name
 
 
-def _addresses(cluster, names: list[str]) -> str:
+def _addresses(cluster) -> dict[str, str]:
     from .. import network
 
-    return network.shown_address(list(cluster.nodes), names)
+    return network.node_addresses(list(cluster.nodes))
 
 
 def fields(row: dict, cluster) -> dict:
@@ -128,7 +126,7 @@ def fields(row: dict, cluster) -> dict:
         "m": lambda: str(first.memory_mb),
         "n": lambda: "localhost",
         "N": lambda: hostlist.collect_hostlist(names),
-        "o": lambda: _addresses(cluster, names),
+        "o": lambda: row["address"],
         "O": lambda: f"{os.getloadavg()[0]:.2f}",
         "p": lambda: "1",
         "r": lambda: "no",
