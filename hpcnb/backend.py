@@ -30,6 +30,9 @@ if os.environ.pop("HPCNB_WRAPPER", None):
     os.environ.pop("PYTHONCOERCECLOCALE", None)
 sys.path.insert(0, {root!r})
 sys.path.extend({site_dirs!r})
+if "HPCNB_ALLOCATION_HANDOFF" in os.environ:  # salloc's or srun's allocation, handed to its supervisor
+    from hpcnb.localslurm.allocation import main
+    main({name!r})
 from hpcnb.localslurm.commands import run_and_exit
 run_and_exit({name!r}, sys.argv[1:])
 """

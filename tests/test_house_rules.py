@@ -1,7 +1,7 @@
 """The house rules of ARCHITECTURE.md, read from the code itself (its imports and its SQL, with ast):
 
 - one module, ``localslurm/transitions.py``, writes every job and step state;
-- the commands (``localslurm/commands/``) import no daemon module (supervisor, scheduler,
+- the commands (``localslurm/commands/``) import no daemon module (supervisor, scheduler, allocation,
   controller), directly or through another module, at module level or inside a function;
 - one parser of calendar times, in ``hpcnb/slurm/times.py``.
 
@@ -13,21 +13,14 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 import hpcnb
 
 PACKAGE = Path(hpcnb.__file__).parent
 TRANSITIONS = "hpcnb.localslurm.transitions"
 TIMES = "hpcnb.slurm.times"
 COMMANDS = "hpcnb.localslurm.commands"
-DAEMON = {"hpcnb.localslurm.supervisor", "hpcnb.localslurm.scheduler", "hpcnb.localslurm.controller"}
-# Breaks known and not mended yet, each with why. Kept exact: an edge that is gone fails the test too.
-KNOWN_DAEMON_IMPORTS = {
-    ("hpcnb.localslurm.commands.interactive", "hpcnb.localslurm.supervisor"):
-        "salloc and a stand-alone srun run their allocation's Supervisor in their own process "
-        "(its subreaper, limits, revocation); moving it out is issue 23's item 1 (the step launch)",
-}
+DAEMON = {"hpcnb.localslurm.supervisor", "hpcnb.localslurm.scheduler", "hpcnb.localslurm.controller",
+          "hpcnb.localslurm.allocation"}
 
 
 # -- the readers ---------------------------------------------------------------------------------
@@ -146,9 +139,8 @@ def time_parsers(source: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def daemon_paths(sources: dict[str, tuple[str, bool]], known: dict = KNOWN_DAEMON_IMPORTS) -> list[list[str]]:
-    """Every import chain from a command module to a daemon module (through hpcnb's own modules),
-    but those that end with a ``known`` edge."""
+def daemon_paths(sources: dict[str, tuple[str, bool]]) -> list[list[str]]:
+    """Every import chain from a command module to a daemon module (through hpcnb's own modules)."""
     graph = {name: sorted(imports(name, src, pkg) & set(sources)) for name, (src, pkg) in sources.items()}
     chains = []
     for start in sorted(n for n in sources if n.startswith(COMMANDS + ".") or n == COMMANDS):
@@ -157,8 +149,7 @@ def daemon_paths(sources: dict[str, tuple[str, bool]], known: dict = KNOWN_DAEMO
             chain = stack.pop()
             for target in graph[chain[-1]]:
                 if target in DAEMON:
-                    if (chain[-1], target) not in known:
-                        chains.append(chain + [target])
+                    chains.append(chain + [target])
                 elif target not in seen:
                     seen.add(target)
                     stack.append(chain + [target])
@@ -226,14 +217,6 @@ def test_only_transitions_writes_a_job_or_step_state():
 def test_the_commands_import_no_daemon_module():
     chains = daemon_paths(SOURCES)
     assert not chains, "commands reaching daemon code: " + "; ".join(" -> ".join(c) for c in chains)
-
-
-@pytest.mark.parametrize("edge", sorted(KNOWN_DAEMON_IMPORTS), ids="->".join)
-def test_each_known_daemon_import_is_still_there(edge):
-    """A known break that was mended is struck off the list (and ARCHITECTURE.md says so)."""
-    module, target = edge
-    src, package = SOURCES[module]
-    assert target in imports(module, src, package), f"{edge} is mended: remove it from KNOWN_DAEMON_IMPORTS"
 
 
 def test_one_calendar_time_parser():

@@ -270,6 +270,36 @@ def test_salloc_and_srun_steps_are_accounted(workdir: Path) -> None:
     assert bad.returncode == 1 and "task 1: Exited with exit code 1" in bad.stderr
 
 
+def test_salloc_hands_its_allocation_to_its_supervisor_in_the_same_process(workdir: Path) -> None:
+    """salloc, granted, becomes its allocation's supervisor (hpcnb.localslurm.allocation) by exec: the
+    command's parent is the very salloc process started, and ``ps`` still shows salloc's command
+    line; nothing of the handover reaches the command's environment."""
+    salloc = subprocess.Popen(["salloc", "-n1", "sh", "-c", 'echo "$PPID"; tr "\\0" " " </proc/$PPID/cmdline; echo; env'],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = salloc.communicate(timeout=120)
+    assert salloc.returncode == 0, err
+    parent, cmdline, *env = out.splitlines()
+    assert int(parent) == salloc.pid
+    assert Path(cmdline.split()[2]).name == "salloc" and cmdline.split()[3:5] == ["-n1", "sh"], cmdline
+    assert not [line for line in env if line.startswith("HPCNB_ALLOCATION_HANDOFF")], env
+    job = re.search(r"Granted job allocation (\d+)", err).group(1)
+    assert run(["sacct", "-n", "-X", "-j", job, "-o", "State"]).stdout.split() == ["COMPLETED"]
+
+
+def test_a_wrapper_older_than_the_handover_does_not_allocate_again(workdir: Path) -> None:
+    """A handover met by a command's own main (a wrapper written before it existed): one clear error, no job."""
+    before = run(["squeue", "-h", "-o", "%i"]).stdout
+    stale = run([sys.executable, "-c", "import sys; from hpcnb.localslurm.commands import run_and_exit; "
+                 "run_and_exit('salloc', sys.argv[1:])", "-n1", "true"],
+                env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": "99"})
+    assert (stale.returncode, stale.stderr) == (1, "salloc: error: the local Slurm's commands are out of date: "
+                                                "run `hpcnb slurm-path`\n")
+    lost = run([sys.executable, "-m", "hpcnb.localslurm.allocation", "srun"],
+               env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": "99"})
+    assert lost.returncode == 1 and lost.stderr.startswith("srun: error: no allocation handed over"), lost.stderr
+    assert run(["squeue", "-h", "-o", "%i"]).stdout == before
+
+
 def test_a_step_runs_on_the_nodes_it_names_or_leaves_out(workdir: Path) -> None:
     """srun -w/-x inside an allocation, as Slurm places the step; a node outside the job is refused."""
     (workdir / "job.sh").write_text("#!/bin/bash\n"

@@ -24,6 +24,8 @@ class _LazyPsutil:
 psutil = _LazyPsutil()
 
 _PR_SET_CHILD_SUBREAPER = 36
+# what a supervisor waits for (sigtimedwait): blocked before it starts, so none is lost meanwhile
+SUPERVISOR_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR2})
 
 
 def become_subreaper() -> None:

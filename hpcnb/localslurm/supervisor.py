@@ -1,7 +1,7 @@
 """Runs one job's processes (like slurmstepd): limits, signals, cancellation, cleanup, final state.
 
-A batch job's supervisor is forked by the controller; salloc and a stand-alone srun supervise
-their own allocation. The supervisor is a child subreaper, so every process the job starts stays
+A batch job's supervisor is forked by the controller; salloc's and a stand-alone srun's runs in
+the command's own process, which execs into it once granted (:mod:`.allocation`). The supervisor is a child subreaper, so every process the job starts stays
 in its tree and dies with the job.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .wake import ensure_running, log, poke
 MEM_POLL_S = 0.25
 SUPERVISOR_BUSY_MS = 30 * 60 * 1000
 FINISH_PATIENCE_S = 600.0
-WATCHED = {signal.SIGCHLD, signal.SIGUSR2}
+WATCHED = procs.SUPERVISOR_SIGNALS
 
 
 @dataclass

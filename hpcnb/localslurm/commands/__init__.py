@@ -5,16 +5,21 @@ import importlib
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from ..db import StateError, state_error
 from ..wake import ensure_running
 
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "scancel", "scontrol", "sinfo")
+# set while salloc or a stand-alone srun hands its granted allocation to its supervisor
+# (interactive.hand_over): the wrapper then enters hpcnb.localslurm.allocation, not the command
+HANDOFF = "HPCNB_ALLOCATION_HANDOFF"
 
 
-def run(name: str, argv: list[str]) -> int:
-    """Run one command; a damaged state file or an interrupt gives a clear message, never a traceback."""
+def run(name: str, argv: list[str], entry: Callable[[list[str]], int] | None = None) -> int:
+    """Run one command (its module's ``main``, or ``entry``); a damaged state file or an interrupt
+    gives a clear message, never a traceback."""
     for stream in (sys.stdout, sys.stderr):
         # names and paths may hold bytes that are not UTF-8: print them back as they came; and
         # one write per line, as Slurm's own logging does: an unbuffered print() (PYTHONUNBUFFERED)
@@ -27,9 +32,11 @@ def run(name: str, argv: list[str]) -> int:
     from ..procs import own_file_limits
 
     own_file_limits()
-    module = importlib.import_module(f"{__name__}.{name}")
+    if HANDOFF in os.environ:  # a wrapper written before the handover existed would allocate again
+        print(f"{name}: error: the local Slurm's commands are out of date: run `hpcnb slurm-path`", file=sys.stderr)
+        return 1
     try:
-        code = module.main(argv)
+        code = (entry or importlib.import_module(f"{__name__}.{name}").main)(argv)
         sys.stdout.flush()  # here, not at exit: a reader that left is a broken pipe caught below
         _restart_controller_if_needed()
         return code
@@ -54,12 +61,12 @@ def run(name: str, argv: list[str]) -> int:
         return 1
 
 
-def run_and_exit(name: str, argv: list[str]) -> NoReturn:
+def run_and_exit(name: str, argv: list[str], entry: Callable[[list[str]], int] | None = None) -> NoReturn:
     """A command's process from start to end (the generated wrappers call this): :func:`run`, then
     leave at once, as a C program does. Python's own shutdown (tearing down every module) would
     cost each command another ~5 ms; nothing is lost, since every file is closed by then and the
     only threads left are daemons."""
-    code = run(name, argv)
+    code = run(name, argv, entry)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

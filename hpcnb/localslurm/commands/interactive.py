@@ -1,14 +1,21 @@
-"""What salloc and a stand-alone srun share: getting an allocation and supervising it."""
+"""What salloc and a stand-alone srun share: getting an allocation, then handing it to its supervisor.
+
+The supervisor (limits, revocation, the subreaper of the command's processes) is daemon code, in
+:mod:`hpcnb.localslurm.allocation`; the command reaches it only through its entry point
+(:func:`hand_over`), never by an import.
+"""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+from typing import NoReturn
 
 from .. import db, procs, submit, transitions, wake
 from ..request import JobRequest
-from ..supervisor import WATCHED, Outcome, Supervisor
+from . import HANDOFF
 
 
 def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
@@ -52,17 +59,24 @@ def allocate(command: str, req: JobRequest, name: str) -> tuple[object, dict]:
     return conn, job
 
 
-def supervise(job: dict, start, on_revoke=None) -> tuple[Outcome, Supervisor]:
-    """Run ``start(supervisor)`` (which spawns the processes to wait for) under limits; record the end.
-    With ``on_revoke`` (salloc), a cancel or the time limit ends the steps only (see Supervisor)."""
-    procs.become_subreaper()
-    signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
-    sup = Supervisor(job["id"])
-    sup.on_revoke = on_revoke
-    sup.register()
-    sup.err_fd = 2
-    start(sup)
-    outcome = sup.watch()
-    if sup.revoked is None:
-        sup.finish(outcome)
-    return outcome, sup
+def hand_over(name: str, handoff: dict) -> NoReturn:
+    """Give the granted allocation to its supervisor, in this same process (its pid, terminal and
+    process group, the allocation's owner): exec this command's program again, same argv, so
+    ``ps`` still shows it, with ``HPCNB_ALLOCATION_HANDOFF`` naming a descriptor that holds
+    ``handoff``; the generated wrapper then enters :func:`hpcnb.localslurm.allocation.main`, which
+    runs the command's ``granted(handoff, supervise)``. The supervisor's signals are blocked first
+    (a blocked signal stays blocked, and pending, across exec): none sent meanwhile is lost."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, procs.SUPERVISOR_SIGNALS)
+    fd = os.memfd_create("hpcnb-allocation", 0)  # inherited by the new program, no file anywhere
+    with os.fdopen(os.dup(fd), "wb") as fh:
+        fh.write(json.dumps(handoff).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.environ[HANDOFF] = str(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    program = sys.argv[0]
+    if os.path.basename(program) == name and os.access(program, os.X_OK):  # the wrapper (the usual case)
+        os.execv(program, sys.argv)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.execv(sys.executable, [sys.executable, "-m", "hpcnb.localslurm.allocation", name])

@@ -7,10 +7,10 @@ import sys
 
 from hpcnb.slurm.options import OptionError
 
-from .. import envvars, procs
+from .. import db, envvars, procs
 from ..request import SubmitError, UsageError, default_name
 from .options import build_request, report
-from .interactive import allocate, supervise
+from .interactive import allocate, hand_over
 
 # a command killed by one of these makes salloc exit 0; by any other signal, 1 (salloc.c)
 USER_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGKILL)
@@ -35,19 +35,29 @@ def signal_command(sup, signum: int) -> None:
 def main(argv: list[str]) -> int:
     try:
         req, rest = build_request("salloc", argv)
-        conn, job = allocate("salloc", req, default_name(req, None))
+        _, job = allocate("salloc", req, default_name(req, None))
     except (OptionError, UsageError, SubmitError) as err:
         return report("salloc", err)
     print(f"salloc: Granted job allocation {job['id']}", file=sys.stderr, flush=True)
-    command = rest or [os.environ.get("SHELL", "/bin/sh")]
     from .common import open_cluster
 
     _, cluster = open_cluster()
     if cluster.since("24.11"):  # 24.11's salloc waits for the nodes to be ready, and says so
         print(f"salloc: Nodes {_nodelist(job)} are ready for job",
               file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the command, as with Slurm (kept across exec)
+    hand_over("salloc", {"job": job["id"], "command": rest or [os.environ.get("SHELL", "/bin/sh")],
+                         "kill_command": req.kill_command})
+
+
+def granted(handoff: dict, supervise) -> int:
+    """In the allocation's supervisor (:mod:`hpcnb.localslurm.allocation`): run the command, release."""
+    from .common import open_cluster
+
+    conn, cluster = open_cluster()
+    job = db.get_job(conn, handoff["job"])
+    command, kill_command = handoff["command"], handoff["kill_command"]
     env = {**job["req"]["env"], **envvars.job_vars(job, cluster)}
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the command, as with Slurm
 
     def start(sup) -> None:
         pid = procs.spawn(command, env, os.getcwd(), (0, 1, 2), False, error_prefix="salloc", own_group=True)
@@ -63,8 +73,8 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr, flush=True)
         else:
             print(f"salloc: Job allocation {job['id']} has been revoked.", file=sys.stderr, flush=True)
-        if req.kill_command is not None:
-            signal_command(sup, req.kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM))
+        if kill_command is not None:
+            signal_command(sup, kill_command or (signal.SIGHUP if os.isatty(0) else signal.SIGTERM))
 
     outcome, sup = supervise(job, start, on_revoke=revoked)
     for pid in sup.mains:  # the terminal back to salloc's own group

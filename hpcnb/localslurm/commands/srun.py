@@ -490,12 +490,20 @@ def _watch_tasks(sup, pids: list[tuple[int, str, int]], threads: dict[int, list[
 
 
 def run_with_allocation(req: JobRequest, argv: list[str]) -> int:
-    """srun outside an allocation: allocate, run the step, release (job name = the program)."""
-    from .interactive import allocate, supervise  # the in-process Supervisor: a step in an allocation needs none
+    """srun outside an allocation: allocate, then hand it to its supervisor, which runs the step
+    (:func:`granted`) and releases it (job name = the program)."""
+    from .interactive import allocate, hand_over
 
     step_req = JobRequest.from_dict(req.to_dict())
-    conn, job = allocate("srun", req, req.name or os.path.basename(argv[0]))
-    _, cluster = open_cluster()
+    _, job = allocate("srun", req, req.name or os.path.basename(argv[0]))
+    hand_over("srun", {"job": job["id"], "request": step_req.to_dict(), "argv": argv})
+
+
+def granted(handoff: dict, supervise) -> int:
+    """In the allocation's supervisor (:mod:`hpcnb.localslurm.allocation`): run the step, release."""
+    conn, cluster = open_cluster()
+    job = db.get_job(conn, handoff["job"])
+    step_req, argv = JobRequest.from_dict(handoff["request"]), handoff["argv"]
     holder: dict = {}
 
     def start(sup) -> None:
