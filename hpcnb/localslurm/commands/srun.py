@@ -10,7 +10,6 @@ import threading
 import time
 
 import hostlist
-import psutil
 
 from hpcnb.slurm.bounds import job_id_fits, saturated
 from hpcnb.slurm.options import OptionError
@@ -216,8 +215,8 @@ def _throttle(pid: int, factor: float) -> None:
         time.sleep(running)
         tree = [*procs.descendants(pid)]
         try:
-            tree.append(psutil.Process(pid))
-        except psutil.Error:
+            tree.append(procs.psutil.Process(pid))
+        except procs.psutil.Error:
             return
         procs.send(tree, signal.SIGSTOP)
         time.sleep(THROTTLE_PERIOD_S - running)
