@@ -8,12 +8,12 @@ The supervisor samples only where NVML loads, the job has GPUs and NVML sees the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from hpcnb.slurm.record import Record
 
-@dataclass
-class StepGpuUse:
+
+class StepGpuUse(Record):
     """One step's samples: utilisation in % (the mean over its GPUs), memory in bytes (summed over them)."""
 
     samples: int = 0
