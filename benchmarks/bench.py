@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sbatch_wait(env, work, 2)  # start the controller; not measured
         nodes = nodes_mode(env, work)
-        def median(what: str, times: list[float], target: float, real: float | None) -> Row:
+        def median(what: str, times: list[float], target: float | None, real: float | None) -> Row:
             return Row(what, "median", statistics.median(times), target, real, min(times))
 
         rows.append(median(f"sbatch --wait --wrap true → COMPLETED (n={opts.runs})",
@@ -182,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                            srun_in_allocation(env, work, opts.runs, "-n2"), 0.15, 0.042))
         rows.append(median(f"srun -N2 -n2 true inside salloc -N2 -n2 (n={opts.runs})",
                            srun_in_allocation(env, work, opts.runs, "-N2", "-n2"), 0.20, 0.036))
+        rows.append(median(f"srun -N2 -n2 true, its own allocation (n={opts.runs})",
+                           [timed(["srun", "-N2", "-n2", "true"], env, work) for _ in range(opts.runs)], None, 0.042))
+        rows.append(median(f"salloc -N2 -n2 true: grant, command, release (n={opts.runs})",
+                           [timed(["salloc", "-N2", "-n2", "true"], env, work) for _ in range(opts.runs)], None, 0.012))
         rows.append(median(f"python -c 'import hpcnb', fresh interpreter (n={opts.imports})",
                            import_hpcnb(env, work, opts.imports), 0.15, None))
     finally:
