@@ -155,18 +155,34 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
         log.close()
 
 
+def close_dialogs(page) -> list[str]:
+    """Close any JupyterLab dialog open now (Escape: its cancel), and say what each said. JupyterLab
+    opens some by itself; one that covered the menu bar made a click wait its whole timeout (CI, a
+    loaded machine; what it said was not kept then). The checks after the click still decide."""
+    said = []
+    dialog = page.locator(".jp-Dialog")
+    while dialog.count() and len(said) < 5:
+        said.append(" ".join(dialog.first.inner_text(timeout=5_000).split()))
+        print(f"closed a JupyterLab dialog: {said[-1][:500]}", file=sys.stderr, flush=True)
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(500)
+    return said
+
+
 def run_all_cells(page, notebook) -> None:
     """Run > Run All Cells in JupyterLab, until a cell has started (also used by test_portal.py)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
     started = notebook.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
     for attempt in range(3):  # a click that lands while the session is still connecting is lost
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        close_dialogs(page)
         try:
+            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=30_000)
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=30_000)
             expect(started).not_to_have_count(0, timeout=30_000)
             break
-        except AssertionError:
+        except (AssertionError, PlaywrightTimeout):  # a dialog that opened meanwhile is closed above
             if attempt == 2:
                 raise
 
