@@ -1,8 +1,9 @@
 """Runs one job's processes (like slurmstepd): limits, signals, cancellation, cleanup, final state.
 
 A batch job's supervisor is forked by the controller; salloc's and a stand-alone srun's runs in
-the command's own process, which execs into it once granted (:mod:`.allocation`). The supervisor is a child subreaper, so every process the job starts stays
-in its tree and dies with the job.
+the command's own process, which execs into it once granted (:mod:`.allocation`). The
+supervisor is a child subreaper, so every process the job starts stays in its tree and dies with
+the job.
 """
 from __future__ import annotations
 
