@@ -104,3 +104,10 @@ def test_write_cells_writes_a_notebooks_writefile_cells(tmp_path: Path) -> None:
         {"cell_type": "code", "source": ["x = 1\n"]}]}))
     assert gpucheck.write_cells(notebook, tmp_path) == ["tune.py"]
     assert (tmp_path / "tune.py").read_text() == "print('tune')\n"
+
+
+def test_every_job_side_script_is_run_or_said_why_not() -> None:
+    scripts = {p.stem for p in (ROOT / "hpcnb" / "scripts").glob("*.py") if p.stem != "__init__"}
+    run = {job.module.split()[0].removeprefix("hpcnb.scripts.") for job in gpucheck.JOBS}
+    assert scripts - run == set(gpucheck.NOT_ON_A_GPU), "a job-side script make test-gpu neither runs nor excuses"
+    assert not run - scripts

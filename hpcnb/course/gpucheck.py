@@ -22,27 +22,45 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "test-artifacts" / "gpu-report.md"
 BUDGET_S = 360  # the whole check, on one H100/H200
 UNIT_TESTS = ("tests/test_precision.py", "tests/test_tuning.py", "tests/test_distributed.py",
               "tests/test_gpu_accounting.py")  # the CUDA-only tests and the CPU-faked ones beside them
-#: the lessons' job-side scripts, as run.sh of the H200 reference (2026-11-27) ran them: (job name,
-#: what comes before the Python in srun's command, the module and its arguments)
+
+
+class Job(NamedTuple):
+    """One job of the lessons' job-side scripts: ``srun`` runs ``before`` + this Python + ``-m module``."""
+
+    name: str
+    module: str  # the module and its arguments
+    before: str = ""  # what comes before the Python in srun's command
+    tasks: int = 1
+
+
+CPU_ONLY = "env CUDA_VISIBLE_DEVICES= "  # the GPU hidden from this step: torch runs on the CPU
+#: the lessons' job-side scripts on one GPU, as run.sh of the H200 reference (2026-11-27) ran them
 JOBS = (
-    ("l08-single", "", "hpcnb.scripts.single_train --epochs 2 --out single"),
-    ("l08-ddp", "", "hpcnb.scripts.ddp_train --epochs 2 --out ddp"),
-    ("l08-ddp-node", "", "hpcnb.scripts.ddp_node_train --epochs 2 --out ddpnode"),
-    ("l09-lightning", "", "hpcnb.scripts.lightning_train --devices 1 --epochs 2 --out light"),
-    ("l10-horovod", "", "hpcnb.scripts.horovod_train --epochs 2 --out hvd"),
-    ("l11-scaling", "", "hpcnb.scripts.scaling_train --kind strong --steps 40"),
-    ("l12-ckpt", "", "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 10 --every 5 --step-seconds 0 --out ck"),
-    ("l12-ckpt-resume-cpu", "env CUDA_VISIBLE_DEVICES= ",  # a GPU checkpoint resumed on the CPU
-     "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 5 --every 5 --step-seconds 0 --out ck"),
-    ("l12-ckpt-resume-gpu", "", "hpcnb.scripts.ckpt_train --steps 20 --every 5 --step-seconds 0 --out ck"),
-    ("l13-stragglers", "", "hpcnb.scripts.straggler_train --steps 20 --quiet --out times.json"),
+    Job("l08-single", "hpcnb.scripts.single_train --epochs 2 --out single"),
+    Job("l08-ddp", "hpcnb.scripts.ddp_train --epochs 2 --out ddp"),
+    Job("l08-ddp-node", "hpcnb.scripts.ddp_node_train --epochs 2 --out ddpnode"),
+    Job("l09-lightning", "hpcnb.scripts.lightning_train --devices 1 --epochs 2 --out light"),
+    Job("l10-horovod", "hpcnb.scripts.horovod_train --epochs 2 --out hvd"),
+    Job("l11-scaling", "hpcnb.scripts.scaling_train --kind strong --steps 40"),
+    Job("l12-ckpt", "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 10 --every 5 --step-seconds 0 --out ck"),
+    Job("l12-ckpt-resume-cpu",  # a GPU checkpoint resumed on the CPU
+        "hpcnb.scripts.ckpt_train --steps 20 --steps-per-run 5 --every 5 --step-seconds 0 --out ck", CPU_ONLY),
+    Job("l12-ckpt-resume-gpu", "hpcnb.scripts.ckpt_train --steps 20 --every 5 --step-seconds 0 --out ck"),
+    Job("l13-stragglers", "hpcnb.scripts.straggler_train --steps 20 --quiet --out times.json"),
+    # sharding needs two ranks, and NCCL two GPUs: two CPU ranks save FSDP shards, the GPU loads them
+    Job("l14-fsdp-cpu", "hpcnb.scripts.sharded_train --strategy fsdp --save shards", CPU_ONLY, tasks=2),
+    Job("l14-load-gpu", "hpcnb.scripts.sharded_train --load shards"),
+    Job("l15-ddp", "hpcnb.scripts.faulty_ddp --fault none"),
 )
+#: the job-side scripts JOBS leaves out, and why
+NOT_ON_A_GPU = {"container_ddp": "gloo inside the course's Charliecloud image (lesson 3b): a CPU path"}
 LESSON6 = "notebooks/06-single-device-tuning.ipynb"
 LESSON7 = "notebooks/07-tf32-and-precision.ipynb"
 SWEEPS = ("batch_size", "num_workers", "threads")  # lesson 6's rows left out of the verdicts
@@ -175,9 +193,10 @@ def report(machine: dict[str, str], steps: list[Step], lesson7: str, lesson6: st
     ]) + "\n"
 
 
-def job_step(runner: Runner, name: str, command: str, work: Path, cpus: int = 2, timeout_s: float = 150) -> Step:
+def job_step(runner: Runner, name: str, command: str, work: Path, cpus: int = 2, timeout_s: float = 150,
+             tasks: int = 1) -> Step:
     """One job through the local Slurm on one GPU; its note gets sacct's state and the GPU use NVML saw."""
-    step = runner.run(name, ["sbatch", "--wait", "--parsable", "-J", name, "--gres=gpu:1", "-n", "1", "-c", str(cpus),
+    step = runner.run(name, ["sbatch", "--wait", "--parsable", "-J", name, "--gres=gpu:1", "-n", str(tasks), "-c", str(cpus),
                              "--mem=6G", "-t", "5", "-o", f"{name}-%j.out", "--wrap", command], timeout_s, cwd=work)
     job_id = step.output.strip().split(";")[0].split("\n")[0]
     if job_id.isdigit():
@@ -224,11 +243,12 @@ def run_steps(runner: Runner, work: Path) -> tuple[Step, Path]:
                                         *UNIT_TESTS], 150)
     lesson7 = runner.run("lesson 7: python -m hpcnb.lessons.precision",
                          [sys.executable, "-m", "hpcnb.lessons.precision"], 100)
-    for name, before, args in JOBS:
-        if name == "l10-horovod" and importlib.util.find_spec("horovod") is None:
-            runner.add(Step(name, "skipped", 0.0, "Horovod is not installed for this Python (ci/build-horovod.sh)"))
+    for job in JOBS:
+        if job.module.startswith("hpcnb.scripts.horovod") and importlib.util.find_spec("horovod") is None:
+            runner.add(Step(job.name, "skipped", 0.0, "Horovod is not installed for this Python (ci/build-horovod.sh)"))
         else:
-            job_step(runner, name, f"srun --kill-on-bad-exit=1 {before}{sys.executable} -m {args}", work)
+            job_step(runner, job.name, f"srun --kill-on-bad-exit=1 {job.before}{sys.executable} -m {job.module}", work,
+                     tasks=job.tasks)
     lesson6 = work / "lesson6"
     lesson6.mkdir()
     write_cells(ROOT / LESSON6, lesson6)
