@@ -60,7 +60,8 @@ def _calls(tree: ast.AST) -> set[str]:
 
 
 # Scripts run inside the course's container image, which has torch but not hpcnb (lesson 3b): instead of
-# the helpers, gloo by name, a timeout on the rendezvous, and their own leave (barrier, destroy, os._exit).
+# the helpers, their own name check (the same message), gloo by name, a timeout on the rendezvous, and
+# their own leave (barrier, destroy, os._exit).
 SELF_CONTAINED = {"container_ddp.py"}
 
 
@@ -76,7 +77,7 @@ def test_self_contained_scripts_keep_the_rules_without_the_helpers() -> None:
         assert "hpcnb" not in {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                                for a in (n.names if isinstance(n, ast.Import) else [ast.alias(n.module or "")])}, script
         assert 'init_process_group("gloo"' in source and "timeout" in _init_keywords(tree), script
-        assert {"barrier", "destroy_process_group", "_exit"} <= _calls(tree), script
+        assert {"barrier", "destroy_process_group", "_exit", "check_resolves"} <= _calls(tree), script
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py")
@@ -168,6 +169,7 @@ def test_the_helper_fails_at_once_where_the_first_node_does_not_resolve(monkeypa
 @pytest.mark.parametrize(("script", "env"), [
     ("ddp_train", {"MASTER_ADDR": UNRESOLVABLE, "MASTER_PORT": "16007"}),
     ("lightning_train", {"SLURM_NODELIST": UNRESOLVABLE, "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "1"}),
+    ("container_ddp", {"MASTER_ADDR": UNRESOLVABLE, "MASTER_PORT": "16007"}),  # self-contained: its own copy
 ])
 def test_scripts_that_hung_on_an_unresolvable_node_now_fail_with_the_message(tmp_path: Path, script, env) -> None:
     """On the H200 (2026-11-27) these two sat in c10d's name-lookup retries until their timeout;
