@@ -298,6 +298,10 @@ def test_a_wrapper_older_than_the_handover_does_not_allocate_again(workdir: Path
                env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": "99"})
     assert lost.returncode == 1 and lost.stderr.startswith("srun: error: no allocation handed over"), lost.stderr
     assert run(["squeue", "-h", "-o", "%i"]).stdout == before
+    from hpcnb import backend
+    from hpcnb.localslurm.commands import HANDOFF
+
+    assert f'if "{HANDOFF}" in os.environ:' in backend._WRAPPER  # the wrapper's copy of the name (it imports nothing)
 
 
 def test_a_step_runs_on_the_nodes_it_names_or_leaves_out(workdir: Path) -> None:
