@@ -6,7 +6,8 @@
 # Other targets: setup, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
-#                "A portal for a workshop"), test-gpu (on a GPU node: test-artifacts/gpu-report.md), clean.
+#                "A portal for a workshop"), test-gpu (on a GPU node: test-artifacts/gpu-report.md),
+#                test-gpu-rehearsal (its steps on the CPU), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index: https://download.pytorch.org/whl/cpu
 #            for the CPU build of torch; on Linux PyPI's is the CUDA build, several GB).
@@ -27,7 +28,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu \
+.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu test-gpu-rehearsal \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
@@ -121,6 +122,11 @@ test: setup
 # a site's torch (else the venv's, else python3).
 test-gpu:
 	@VENV=$(VENV) bash ci/test-gpu.sh
+
+# make test-gpu-rehearsal: the same steps without a GPU (on the CPU, about 4 min on 2 cores), into
+# test-artifacts/gpu-rehearsal.md: proves the steps and the scripts' command lines, not the GPU (CI runs it).
+test-gpu-rehearsal: setup
+	@VENV=$(VENV) bash ci/test-gpu.sh --rehearse
 
 # make test-lessons: the lessons alone, as make test runs them, on a fresh local Slurm; with
 # HPCNB_SLURM_VERSION=22.05 it behaves as that release instead of the profile's (24.11).

@@ -1,8 +1,9 @@
 #!/bin/bash
 # make test-gpu: the course's GPU paths on one GPU (hpcnb/course/gpucheck.py says what runs), then
 # test-artifacts/gpu-report.md. Run it on the site's GPU node before a workshop. Without a GPU it
-# says so and exits 0. The Python: GPU_PYTHON if set (e.g. a site module's python3 with torch),
-# else the course's venv (VENV, default .venv) if it has torch, else python3.
+# says so and exits 0 (--rehearse: every step anyway, on the CPU). The Python: GPU_PYTHON if set
+# (e.g. a site module's python3 with torch), else the course's venv (VENV, default .venv) if it has
+# torch, else python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 has_torch() { [[ -x "$(command -v "$1" 2>/dev/null)" ]] && "$1" -c 'import torch' 2>/dev/null; }
@@ -16,4 +17,4 @@ else
 fi
 echo "make test-gpu: $python ($("$python" --version 2>&1))"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # a site's Python runs this copy without installing it
-exec "$python" -m hpcnb.course.gpucheck
+exec "$python" -m hpcnb.course.gpucheck "$@"

@@ -64,7 +64,7 @@ def test_steps_are_bounded_one_by_one_and_together(tmp_path: Path) -> None:
         pass
     runner.deadline = 0  # the budget spent: what is left is skipped, not run
     late = runner.run("late", [sys.executable, "-c", "raise SystemExit(1)"], 20, cwd=tmp_path)
-    assert (late.state, late.note) == ("not run", f"the {gpucheck.BUDGET_S} s budget was spent")
+    assert (late.state, late.note) == ("not run", "the 30 s budget was spent")
     assert [s.name for s in runner.steps] == ["ok", "failed", "slow", "late"]
 
 
@@ -111,3 +111,22 @@ def test_every_job_side_script_is_run_or_said_why_not() -> None:
     run = {job.module.split()[0].removeprefix("hpcnb.scripts.") for job in gpucheck.JOBS}
     assert scripts - run == set(gpucheck.NOT_ON_A_GPU), "a job-side script make test-gpu neither runs nor excuses"
     assert not run - scripts
+
+
+def test_a_rehearsal_runs_the_steps_without_a_gpu_and_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--rehearse skips the no-GPU refusal and writes its own report, headed as what it is."""
+    def one_step(runner: Runner, work: Path) -> tuple[Step, Path]:
+        return runner.add(Step("a step", "ok", 1.0)), work
+    monkeypatch.setattr(gpucheck, "gpu_cards", lambda: ([], "nvidia-smi not found"))
+    monkeypatch.setattr(gpucheck, "torch_cuda", lambda: (False, "torch 2.13.0 (CUDA none: a CPU build)"))
+    monkeypatch.setattr(gpucheck, "local_slurm_env", lambda: dict(os.environ))
+    monkeypatch.setattr(gpucheck, "run_steps", one_step)
+    monkeypatch.setattr(gpucheck, "ROOT", tmp_path)
+    monkeypatch.setattr(gpucheck, "REPORT", tmp_path / "gpu-report.md")
+    assert gpucheck.main([]) == 0 and not (tmp_path / "gpu-report.md").exists()  # no GPU: nothing run
+    assert gpucheck.main(["--rehearse"]) == 0
+    text = (tmp_path / "gpu-rehearsal.md").read_text()
+    assert "- mode: a rehearsal (--rehearse): every step as on a GPU node, run on the CPU: its figures are the CPU's" in text
+    assert f"- budget: {gpucheck.REHEARSAL_BUDGET_S} s" in text and "| a step | ok | 1 |" in text
+    assert (tmp_path / "gpu-rehearsal-steps.log").read_text() == "=== a step: ok\n\n"
+    assert not (tmp_path / "gpu-report.md").exists()

@@ -6,9 +6,14 @@ lesson 7's benchmark, every job-side script through the local Slurm with ``--gre
 lesson 6's job, and lessons 6 and 7 under nbval where the course's venv (nbval) is installed. It
 writes ``test-artifacts/gpu-report.md``: the card, driver and torch, each step's state and time,
 lesson 7's table and lesson 6's verdicts. Without a GPU it says so, runs nothing and exits 0.
+
+``--rehearse`` (``make test-gpu-rehearsal``) runs the same steps where torch sees no GPU, within
+:data:`REHEARSAL_BUDGET_S`, into ``test-artifacts/gpu-rehearsal.md``: it proves the steps, the
+scripts' command lines and the report on the CPU (CI runs it), not the GPU.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
 import json
@@ -27,6 +32,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "test-artifacts" / "gpu-report.md"
 BUDGET_S = 360  # the whole check, on one H100/H200
+REHEARSAL_BUDGET_S = 900  # the same steps on a CPU (200 s on 2 cores, 2026-12-02)
 UNIT_TESTS = ("tests/test_precision.py", "tests/test_tuning.py", "tests/test_distributed.py",
               "tests/test_gpu_accounting.py")  # the CUDA-only tests and the CPU-faked ones beside them
 #: left out of them: ``slow`` tests run on the CPU (torch.compile on the CPU: 51 s here), as make test does
@@ -83,14 +89,14 @@ class Step:
 class Runner:
     """Runs steps one after another within one budget, each bounded by its own timeout too."""
 
-    def __init__(self, env: dict[str, str], budget_s: float | None = None) -> None:
-        self.env, self.steps = env, []
-        self.deadline = time.monotonic() + (BUDGET_S if budget_s is None else budget_s)
+    def __init__(self, env: dict[str, str], budget_s: float = BUDGET_S) -> None:
+        self.env, self.steps, self.budget_s = env, [], budget_s
+        self.deadline = time.monotonic() + budget_s
 
     def run(self, name: str, argv: list[str], timeout_s: float, cwd: Path = ROOT) -> Step:
         left = self.deadline - time.monotonic()
         if left < 5:
-            return self.add(Step(name, "not run", 0.0, f"the {BUDGET_S} s budget was spent"))
+            return self.add(Step(name, "not run", 0.0, f"the {self.budget_s:.0f} s budget was spent"))
         limit, start = min(timeout_s, left), time.monotonic()
         print(f"== {name} ...", flush=True)
         # its own process group: on a timeout its children (kernels, srun) go with it
@@ -264,26 +270,35 @@ def run_steps(runner: Runner, work: Path) -> tuple[Step, Path]:
     return lesson7, lesson6
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcnb.course.gpucheck", description=__doc__.split("\n")[1])
+    parser.add_argument("--rehearse", action="store_true", help="run every step without a GPU (on the CPU)")
+    rehearse = parser.parse_args(argv).rehearse
     cards, why_no_card = gpu_cards()
     cuda, torch_text = torch_cuda()
-    code = refusal(cards, why_no_card, cuda, torch_text)
+    code = None if rehearse else refusal(cards, why_no_card, cuda, torch_text)
     if code is not None:
         return code
-    runner, work = Runner(local_slurm_env()), Path(tempfile.mkdtemp(prefix="hpcnb-gpu-jobs-"))
+    budget = REHEARSAL_BUDGET_S if rehearse else BUDGET_S
+    runner, work = Runner(local_slurm_env(), budget), Path(tempfile.mkdtemp(prefix="hpcnb-gpu-jobs-"))
     nvml = "nvidia-ml-py installed" if importlib.util.find_spec("pynvml") else "no nvidia-ml-py: sacct shows no GPU use"
     machine = {"card (name, memory, driver)": "; ".join(cards) or "nvidia-smi: " + why_no_card, "torch": torch_text,
                "python": sys.executable, "CPUs": str(os.cpu_count()), "NVML (gres/gpuutil in sacct)": nvml,
-               "budget": f"{BUDGET_S} s", "job outputs": str(work)}
+               "budget": f"{budget} s", "job outputs": str(work)}
+    if rehearse:
+        machine = {"mode": "a rehearsal (--rehearse): every step as on a GPU node, run "
+                           + ("on the GPU torch sees" if cuda else "on the CPU: its figures are the CPU's"), **machine}
     try:
         lesson7, lesson6 = run_steps(runner, work)
     finally:
         subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], capture_output=True, env=runner.env,
                        timeout=60)
-    REPORT.parent.mkdir(exist_ok=True)
-    REPORT.write_text(report(machine, runner.steps, lesson7_table(lesson7.output), lesson6_verdicts(lesson6)))
-    (REPORT.parent / "gpu-steps.log").write_text("".join(f"=== {s.name}: {s.state}\n{s.output}\n" for s in runner.steps))
-    print(f"make test-gpu: wrote {REPORT.relative_to(ROOT)} (each step's output: gpu-steps.log beside it)")
+    report_file = REPORT.with_name("gpu-rehearsal.md") if rehearse else REPORT
+    report_file.parent.mkdir(exist_ok=True)
+    report_file.write_text(report(machine, runner.steps, lesson7_table(lesson7.output), lesson6_verdicts(lesson6)))
+    steps_log = report_file.with_name("gpu-rehearsal-steps.log" if rehearse else "gpu-steps.log")
+    steps_log.write_text("".join(f"=== {s.name}: {s.state}\n{s.output}\n" for s in runner.steps))
+    print(f"make test-gpu: wrote {report_file.relative_to(ROOT)} (each step's output: {steps_log.name} beside it)")
     return 1 if any(s.state in FAILURES for s in runner.steps) else 0
 
 
