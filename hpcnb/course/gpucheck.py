@@ -204,8 +204,9 @@ def report(machine: dict[str, str], steps: list[Step], lesson7: str, lesson6: st
 def job_step(runner: Runner, name: str, command: str, work: Path, cpus: int = 2, timeout_s: float = 150,
              tasks: int = 1) -> Step:
     """One job through the local Slurm on one GPU; its note gets sacct's state and the GPU use NVML saw."""
-    step = runner.run(name, ["sbatch", "--wait", "--parsable", "-J", name, "--gres=gpu:1", "-n", str(tasks), "-c", str(cpus),
-                             "--mem=6G", "-t", "5", "-o", f"{name}-%j.out", "--wrap", command], timeout_s, cwd=work)
+    step = runner.run(name, ["sbatch", "--wait", "--parsable", "-J", name, "--gres=gpu:1", "-n", str(tasks),
+                             "-c", str(cpus), "--mem=6G", "-t", "5", "-o", f"{name}-%j.out", "--wrap", command],
+                      timeout_s, cwd=work)
     job_id = step.output.strip().split(";")[0].split("\n")[0]
     if job_id.isdigit():
         acct = subprocess.run(["sacct", "-n", "-P", "-j", f"{job_id}.0", "-o", "State,Elapsed,TRESUsageInMax"],
