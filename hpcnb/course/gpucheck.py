@@ -7,9 +7,9 @@ lesson 6's job, and lessons 6 and 7 under nbval where the course's venv (nbval) 
 writes ``test-artifacts/gpu-report.md``: the card, driver and torch, each step's state and time,
 lesson 7's table and lesson 6's verdicts. Without a GPU it says so, runs nothing and exits 0.
 
-``--rehearse`` (``make test-gpu-rehearsal``) runs the same steps where torch sees no GPU, within
-:data:`REHEARSAL_BUDGET_S`, into ``test-artifacts/gpu-rehearsal.md``: it proves the steps, the
-scripts' command lines and the report on the CPU (CI runs it), not the GPU.
+``--rehearse`` (``make test-gpu-rehearsal``) runs the same steps whether torch sees a GPU or not,
+within :data:`REHEARSAL_BUDGET_S`, into ``test-artifacts/gpu-rehearsal.md``: on a machine without
+one (CI, a laptop) it proves the steps, the scripts' command lines and the report, not the GPU.
 """
 from __future__ import annotations
 
