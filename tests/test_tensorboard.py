@@ -49,6 +49,8 @@ def test_board_serves_the_scalars_and_stops(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"{board.url}data/runs", timeout=10) as reply:
             assert json.loads(reply.read()) == ["a"]
         assert f"port {board.port}" in repr(board)
+        # the system gave the board its port as it bound it (a port picked first could be taken meanwhile)
+        assert board.process.args[board.process.args.index("--port") + 1] == "0"
         if tensorboard.proxy_available():
             assert f'href="/proxy/{board.port}/"' in board._repr_html_()
     finally:

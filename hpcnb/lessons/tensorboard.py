@@ -21,6 +21,7 @@ import ctypes
 import html
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,7 +32,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 START_TIMEOUT_S = 90.0
 NOT_INSTALLED = "tensorboard is not installed in this Python (pip install tensorboard): no scalars written"
@@ -91,10 +92,14 @@ def summary(logdir: str | os.PathLike) -> str:
     return "\n".join(lines) or f"no event files below {logdir}"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+SERVING = re.compile(rb"TensorBoard \S+ at http://[^/]+:(\d+)/")  # its line once it holds its port
+
+
+def _served_port(log: IO[bytes]) -> int | None:
+    """The port the board says it serves on (``--port 0``: the one the system gave it), or None yet.
+    pread: the board writes through the same file offset, which a seek here would move."""
+    found = SERVING.search(os.pread(log.fileno(), 1 << 16, 0))
+    return int(found.group(1)) if found else None
 
 
 def _die_with_parent() -> None:
@@ -185,23 +190,25 @@ def start(logdir: str | os.PathLike, *, port: int | None = None, timeout: float 
     why = _cannot_start(folder)
     if why:
         raise (FileNotFoundError if installed() else RuntimeError)(why)
-    port = port or _free_port()
-    log = tempfile.TemporaryFile()  # the board's output: read back only if it fails to start
+    log = tempfile.TemporaryFile()  # the board's output: its port, and why if it fails to start
+    # port 0: the system gives the board a free port as it binds (one picked here first could be
+    # taken by another process before the board binds it)
     process = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", str(folder), "--host", "127.0.0.1",
-         "--port", str(port), "--reload_interval", "5"],
+         "--port", str(port or 0), "--reload_interval", "5"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=_die_with_parent)
-    board = Board(folder, port, process)
+    board = Board(folder, port or 0, process)
     atexit.register(board.stop)
     deadline = time.monotonic() + timeout
-    while not _answers(port):
+    while not (board.port and _answers(board.port)):
         if not board.running() or time.monotonic() > deadline:
             board.stop()
             log.seek(0)
             tail = log.read().decode(errors="replace").strip().splitlines()[-8:]
             why = f"exited with {process.returncode}" if process.returncode else f"did not answer in {timeout:.0f} s"
-            raise RuntimeError(f"tensorboard on port {port} {why}:\n" + "\n".join(tail))
+            raise RuntimeError(f"tensorboard on port {board.port or '0'} {why}:\n" + "\n".join(tail))
+        board.port = board.port or _served_port(log) or 0
         time.sleep(0.2)
     log.close()
     return board
