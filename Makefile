@@ -123,8 +123,9 @@ test: setup
 test-gpu:
 	@VENV=$(VENV) bash ci/test-gpu.sh
 
-# make test-gpu-rehearsal: the same steps without a GPU (on the CPU, about 4 min on 2 cores), into
-# test-artifacts/gpu-rehearsal.md: proves the steps and the scripts' command lines, not the GPU (CI runs it).
+# make test-gpu-rehearsal: its steps without a GPU, but the two that only run the tests make test runs
+# (on the CPU: about 2 min on 2 cores), into test-artifacts/gpu-rehearsal.md: proves the steps and the
+# scripts' command lines, not the GPU (CI runs it).
 test-gpu-rehearsal: setup
 	@VENV=$(VENV) bash ci/test-gpu.sh --rehearse
 

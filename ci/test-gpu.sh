@@ -1,7 +1,7 @@
 #!/bin/bash
 # make test-gpu: the course's GPU paths on one GPU (hpcnb/course/gpucheck.py says what runs), then
 # test-artifacts/gpu-report.md. Run it on the site's GPU node before a workshop. Without a GPU it
-# says so and exits 0 (--rehearse: every step anyway, on the CPU). The Python: GPU_PYTHON if set
+# says so and exits 0 (--rehearse: its steps anyway, on the CPU). The Python: GPU_PYTHON if set
 # (e.g. a site module's python3 with torch), else the course's venv (VENV, default .venv) if it has
 # torch, else python3.
 set -euo pipefail

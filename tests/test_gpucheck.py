@@ -115,7 +115,8 @@ def test_every_job_side_script_is_run_or_said_why_not() -> None:
 
 def test_a_rehearsal_runs_the_steps_without_a_gpu_and_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """--rehearse skips the no-GPU refusal and writes its own report, headed as what it is."""
-    def one_step(runner: Runner, work: Path) -> tuple[Step, Path]:
+    def one_step(runner: Runner, work: Path, rehearse: bool = False) -> tuple[Step, Path]:
+        assert rehearse
         return runner.add(Step("a step", "ok", 1.0)), work
     monkeypatch.setattr(gpucheck, "gpu_cards", lambda: ([], "nvidia-smi not found"))
     monkeypatch.setattr(gpucheck, "torch_cuda", lambda: (False, "torch 2.13.0 (CUDA none: a CPU build)"))
@@ -131,3 +132,11 @@ def test_a_rehearsal_runs_the_steps_without_a_gpu_and_says_so(monkeypatch: pytes
     assert f"- budget: {gpucheck.REHEARSAL_BUDGET_S} s" in text and "| a step | ok | 1 |" in text
     assert (tmp_path / "gpu-rehearsal-steps.log").read_text() == "=== a step: ok\n\n"
     assert not (tmp_path / "gpu-report.md").exists()
+
+
+def test_a_rehearsal_leaves_the_projects_own_tests_to_make_test(tmp_path: Path) -> None:
+    runner = Runner(dict(os.environ), budget_s=60)
+    skipped = gpucheck.tests_step(runner, True, "unit tests", ["--no-such-option"], 30)
+    ran = gpucheck.tests_step(runner, False, "unit tests", ["--version"], 30)
+    assert (skipped.state, skipped.note) == ("skipped", "a rehearsal: make test runs these on the CPU")
+    assert ran.state == "ok" and "pytest" in ran.output
