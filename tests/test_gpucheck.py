@@ -127,7 +127,7 @@ def test_a_rehearsal_runs_the_steps_without_a_gpu_and_says_so(monkeypatch: pytes
     assert gpucheck.main([]) == 0 and not (tmp_path / "gpu-report.md").exists()  # no GPU: nothing run
     assert gpucheck.main(["--rehearse"]) == 0
     text = (tmp_path / "gpu-rehearsal.md").read_text()
-    assert ("- mode: a rehearsal (--rehearse): every step as on a GPU node, run on the CPU: "
+    assert ("- mode: a rehearsal (--rehearse): the steps of a GPU node but the project's tests, run on the CPU: "
             "its figures are the CPU's") in text
     assert f"- budget: {gpucheck.REHEARSAL_BUDGET_S} s" in text and "| a step | ok | 1 |" in text
     assert (tmp_path / "gpu-rehearsal-steps.log").read_text() == "=== a step: ok\n\n"

@@ -282,7 +282,8 @@ def tests_step(runner: Runner, rehearse: bool, name: str, args: list[str], timeo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcnb.course.gpucheck", description=__doc__.split("\n")[1])
-    parser.add_argument("--rehearse", action="store_true", help="run every step without a GPU (on the CPU)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run the steps without a GPU (on the CPU), but the tests make test runs")
     rehearse = parser.parse_args(argv).rehearse
     cards, why_no_card = gpu_cards()
     cuda, torch_text = torch_cuda()
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                "python": sys.executable, "CPUs": str(os.cpu_count()), "NVML (gres/gpuutil in sacct)": nvml,
                "budget": f"{budget} s", "job outputs": str(work)}
     if rehearse:
-        machine = {"mode": "a rehearsal (--rehearse): every step as on a GPU node, run "
+        machine = {"mode": "a rehearsal (--rehearse): the steps of a GPU node but the project's tests, run "
                            + ("on the GPU torch sees" if cuda else "on the CPU: its figures are the CPU's"), **machine}
     try:
         lesson7, lesson6 = run_steps(runner, work, rehearse)
