@@ -378,6 +378,9 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
 
             t2 = time.monotonic()
             page.goto(f"{portal.url}/hub/home")
+            # the button's handler is bound by the "home" module, which RequireJS loads after the page
+            # itself: a click before that does nothing (CI, 2026-12-02: the job never left the queue)
+            page.wait_for_function("() => window.require && require.defined && require.defined('home')")
             page.click("#stop")
             wait_until("the server's job has left the queue", lambda: job not in student_jobs().split(), STOP_S,
                        portal)
