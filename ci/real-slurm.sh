@@ -12,9 +12,9 @@
 # Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
 # node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node,
 # each in network, UTS and mount namespaces of its own: a job step on node2 has node2's address
-# (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp is node2's own;
-# this host, the login node, is 10.78.0.254 to them (`ci/real-slurm.sh address`); see node_network
-# and node_tmp below),
+# (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp is node2's own
+# and its job's (ci/real-slurm/job_tmp.c); this host, the login node, is 10.78.0.254 to them
+# (`ci/real-slurm.sh address`); see node_network, node_tmp and build_job_tmp below),
 # partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
 # installed into /etc/slurm/ (of the host, or of the chroot).
 #
@@ -598,10 +598,11 @@ kept_tmp_paths() {
   done
 }
 
-# node_tmp NODE: empty the node's /tmp; make sure each kept path exists on this host
+# node_tmp NODE: empty the node's /tmp and its jobs' (job_tmp.so's); make sure each kept path
+# exists on this host
 node_tmp() {
   local dir=$ROOTFS$SPOOL_DIR/tmp/$1 rel
-  rm -rf --one-file-system "$dir"
+  rm -rf --one-file-system "$dir" "$ROOTFS$SPOOL_DIR/job-tmp/$1"
   install -d -m 1777 "$dir"
   install -d -m 755 "$S/host-tmp-$1"
   [ -d /tmp/pytest-of-root ] || install -d -m 700 /tmp/pytest-of-root
@@ -619,8 +620,27 @@ node_shell() {
   echo "umount $hold; exec slurmd -N $n"
 }
 
+# -- each job's own /tmp on each node ---------------------------------------------------------
+# ci/real-slurm/job_tmp.c, a SPANK plugin (see its head), built for this slurmd's version into
+# $SPOOL_DIR/job_tmp.so and named in plugstack.conf: every task of a job on node2 sees that job's
+# /tmp on node2 (the kept paths above carried into it), removed when the job ends.
+version_number() {  # "slurm 24.11.5" -> 0x180b05
+  "${IN[@]}" slurmd -V | awk '{ split($2, v, "."); printf "0x%02x%02x%02x\n", v[1], v[2], v[3] }'
+}
+
+build_job_tmp() {
+  local tmp dest=$ROOTFS$SPOOL_DIR/job_tmp.so
+  command -v gcc >/dev/null || apt_install "$ROOTFS$LOG_DIR/apt.log" gcc libc6-dev
+  tmp=$(mktemp)
+  gcc -Wall -Werror -O2 -shared -fPIC -DSLURM_VERSION_NUMBER="$(version_number)" \
+      -o "$tmp" "$TEMPLATES/job_tmp.c" || die "building $TEMPLATES/job_tmp.c failed"
+  if ! cmp -s "$tmp" "$dest"; then install -m 755 "$tmp" "$dest"; log "built $dest"; fi
+  rm -f "$tmp"
+}
+
 start_slurm() {
-  local n sum kept confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf")
+  local n sum kept confs=("$ROOTFS$ETC/slurm.conf" "$ROOTFS$ETC/gres.conf" "$ROOTFS$ETC/plugstack.conf"
+                          "$ROOTFS$SPOOL_DIR/job_tmp.so")
   [ -z "$ROOTFS" ] || confs+=("$ROOTFS$ETC/cgroup.conf")
   sum=$(conf_sum "${confs[@]}")
   kept=$(kept_tmp_paths | sha256sum | cut -d' ' -f1)
@@ -634,11 +654,11 @@ start_slurm() {
   if stale slurm "$sum"; then
     for n in $(printf '%s\n' "${NODES[@]}" | tac); do
       alive "$S/slurmd-$n.pid" slurmd || continue
-      log "slurm.conf/gres.conf changed since start: restarting slurmd $n"
+      log "slurm.conf/gres.conf/plugstack.conf changed since start: restarting slurmd $n"
       stop "$S/slurmd-$n.pid" slurmd
     done
     if alive "$S/slurmctld.pid" slurmctld; then
-      log "slurm.conf/gres.conf changed since start: restarting slurmctld"
+      log "slurm.conf/gres.conf/plugstack.conf changed since start: restarting slurmctld"
       stop "$S/slurmctld.pid" slurmctld
     fi
   fi
@@ -696,6 +716,8 @@ cmd_up() {
   make_gpu_devices
   render slurm.conf "$ETC/slurm.conf" 644 root
   render gres.conf "$ETC/gres.conf" 644 root
+  render plugstack.conf "$ETC/plugstack.conf" 644 root
+  build_job_tmp
   render slurmdbd.conf "$ETC/slurmdbd.conf" 600 "$SLURM_USER"
   if [ -n "$ROOTFS" ]; then
     render cgroup.conf "$ETC/cgroup.conf" 644 root

@@ -3,11 +3,12 @@
 A 2-node job on a real cluster: each task's ``hostname``, ``socket.gethostname()`` and
 ``$SLURMD_NODENAME`` name its own node; a file the batch shell writes to ``/tmp`` is on the first
 node only, a file a step writes to ``/tmp`` is seen by the later steps on that same node only, and
-the login node sees none of them. Each node has its own network: ``localhost`` on node2 is node2
-(a server on node1's loopback is not reached there), both nodes bind the same port at once, and a
-server on node1 is reached from node2 by node1's name. The real lanes' two slurmd each have a
-hostname, a ``/tmp`` and a network of their own (ci/real-slurm.sh), the local Slurm's nodes theirs
-(hpcnb/localslurm/apart.py, network.py).
+neither the login node nor the next job on that node sees them (each job has a ``/tmp`` of its own
+on each node, as ``job_container/tmpfs`` gives). Each node has its own network: ``localhost`` on
+node2 is node2 (a server on node1's loopback is not reached there), both nodes bind the same port at
+once, and a server on node1 is reached from node2 by node1's name. The real lanes' two slurmd each
+have a hostname, a ``/tmp`` per job (ci/real-slurm/job_tmp.c) and a network of their own
+(ci/real-slurm.sh), the local Slurm's nodes theirs (hpcnb/localslurm/apart.py, network.py).
 """
 from __future__ import annotations
 
@@ -38,6 +39,34 @@ def test_nodes_hostname_and_tmp_of_each_node(sides) -> None:
     compare("nodes: hostname and /tmp of each node", got["local"], got["real"])
     assert got["real"]["tasks"] == ("task 0: node1 node1 node1; sees in /tmp: batch node1 \n"
                                     "task 1: node2 node2 node2; sees in /tmp: node2 \n"), got["real"]
+
+
+# the first job leaves a file in node1's /tmp; the next job on node1 looks for it there
+LEAVES = "#!/bin/bash\necho left > /tmp/hpcnb-parity-own.$SLURM_JOB_ID\nls /tmp/hpcnb-parity-own.*\n"
+LOOKS = r"""#!/bin/bash
+for f in /tmp/hpcnb-parity-own.*; do [ -e "$f" ] && echo "job $SLURM_JOB_ID sees $f"; done
+echo "job $SLURM_JOB_ID on $SLURMD_NODENAME: done looking"
+"""
+
+
+def test_nodes_tmp_of_each_job(sides) -> None:
+    """A job's /tmp is its own on each node (job_container/tmpfs): the next job on the same node
+    does not see what the last one left there."""
+    def one(side: Side) -> dict:
+        wd = side.workdir("nodes-tmp-of-each-job")
+        first = side.sbatch(["-w", "node1", "-o", "first.txt"], wd, LEAVES, name="leaves.sh")
+        side.wait_done(first, wd)
+        second = side.sbatch(["-w", "node1", "-o", "second.txt"], wd, LOOKS, name="looks.sh")
+        side.wait_done(second, wd)
+        def numbered(text: str) -> str:
+            return text.replace(str(first), "<J0>").replace(str(second), "<J1>")
+
+        return {name: numbered((wd / f"{name}.txt").read_text()) for name in ("first", "second")}
+
+    got = on_both(sides, one)
+    compare("nodes: each job's own /tmp", got["local"], got["real"])
+    assert got["real"] == {"first": "/tmp/hpcnb-parity-own.<J0>\n",
+                           "second": "job <J1> on node1: done looking\n"}, got["real"]
 
 
 # one task per node: both bind the same port on every address, node1 also one on its loopback; once
