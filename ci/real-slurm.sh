@@ -12,9 +12,9 @@
 # Both clusters have the same shape as the local Slurm's default profile: ClusterName=hpcnb,
 # node[1-2] (2 CPUs, 8000 MB, gpu:v100:2 and features gpu,v100 each, one `slurmd -N nodeX` per node,
 # each in network, UTS and mount namespaces of its own: a job step on node2 has node2's address
-# (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp is node2's own
-# and its job's (ci/real-slurm/job_tmp.c); this host, the login node, is 10.78.0.254 to them
-# (`ci/real-slurm.sh address`); see node_network, node_tmp and build_job_tmp below),
+# (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp and /dev/shm
+# are its job's own on node2 (ci/real-slurm/job_tmp.c); this host, the login node, is 10.78.0.254
+# to them (`ci/real-slurm.sh address`); see node_network, node_tmp and build_job_tmp below),
 # partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
 # installed into /etc/slurm/ (of the host, or of the chroot).
 #
@@ -620,10 +620,10 @@ node_shell() {
   echo "umount $hold; exec slurmd -N $n"
 }
 
-# -- each job's own /tmp on each node ---------------------------------------------------------
+# -- each job's own /tmp and /dev/shm on each node ----------------------------------------------
 # ci/real-slurm/job_tmp.c, a SPANK plugin (see its head), built for this slurmd's version into
 # $SPOOL_DIR/job_tmp.so and named in plugstack.conf: every task of a job on node2 sees that job's
-# /tmp on node2 (the kept paths above carried into it), removed when the job ends.
+# /tmp (the kept paths above carried into it) and /dev/shm on node2, removed when the job ends.
 version_number() {  # "slurm 24.11.5" -> 0x180b05
   "${IN[@]}" slurmd -V | awk '{ split($2, v, "."); printf "0x%02x%02x%02x\n", v[1], v[2], v[3] }'
 }

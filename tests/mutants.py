@@ -105,6 +105,14 @@ MUTANTS: list[Mutant] = [
              "# each task's node-local folder"),
             ("d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; ls", "d=/tmp/$USER-$SLURM_JOB_ID; ls")),
            shows="a node that found none has no copy", apart=True),
+    Mutant("02", "ex3-solution", "shm-once", "unpacks once, in the batch shell, into the RAM disk /dev/shm: node2 "
+           "has no copy (its /dev/shm is its own)",
+           (('\'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; mkdir -p "$d" && tar -xf dataset.tar -C "$d"\'', "true"),
+            ("# each task's node-local folder",
+             'd=/dev/shm/$USER-$SLURM_JOB_ID; mkdir -p "$d" && tar -xf dataset.tar -C "$d"  # once, in memory\n'
+             "# each task's node-local folder"),
+            ("d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; ls", "d=/dev/shm/$USER-$SLURM_JOB_ID; ls")),
+           shows="a node that found none has no copy", apart=True),
     Mutant("02", "ex3-solution", "one-node", "asks for one node, not two",
            (("#SBATCH --nodes=2\n", "#SBATCH --nodes=1\n"),), shows="2.3: the job should have COMPLETED on 2 nodes"),
     # ------------------------------------------------------------ 03 first batch job

@@ -239,7 +239,8 @@ def _holders_of(top: Path) -> list[str]:
 
 def test_status_says_the_nodes_have_their_own_network(own_network) -> None:
     status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=own_network)
-    assert "each node its own hostname, /tmp and network; no ssh between nodes" in status.stdout, status.stdout
+    said = "each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes"
+    assert said in status.stdout, status.stdout
 
 
 def test_the_nodes_own_network_is_the_default(own_network, tmp_path_factory: pytest.TempPathFactory,
@@ -270,5 +271,5 @@ def test_a_network_that_cannot_start_is_remembered_and_said(monkeypatch: pytest.
     with pytest.raises(OSError):
         network.ensure(["node1", "node2"])
     assert network.failure() == "ip is not installed (Debian: iproute2, util-linux)"
-    assert admin._nodes_line() == ("apart (each node its own hostname and /tmp; the network is shared: its own "
-                                   "did not start: ip is not installed (Debian: iproute2, util-linux))")
+    assert admin._nodes_line() == ("apart (each node its own hostname, /tmp and /dev/shm; the network is shared: "
+                                   "its own did not start: ip is not installed (Debian: iproute2, util-linux))")

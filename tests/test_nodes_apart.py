@@ -1,5 +1,6 @@
 """Virtual nodes that are apart (hpcnb/localslurm/apart.py): a task on node2 has node2's hostname
-and node2's private /tmp, as on a real cluster with job_container/tmpfs; shared folders stay shared."""
+and its job's private /tmp and /dev/shm on node2, as on a real cluster with job_container/tmpfs;
+shared folders stay shared."""
 from __future__ import annotations
 
 import os
@@ -44,22 +45,27 @@ def test_each_task_sees_its_own_nodes_hostname(workdir: Path) -> None:
                                                                               "1: node2 node2 node2"], out
 
 
-def test_tmp_is_private_to_each_node_and_job(workdir: Path) -> None:
-    """Exercise 2.3's mistake: data unpacked once into /tmp in the batch shell is not on node2."""
-    out = sbatch(workdir, 'mkdir /tmp/data-$SLURM_JOB_ID && touch /tmp/data-$SLURM_JOB_ID/a /tmp/data-$SLURM_JOB_ID/b\n'
-                          'srun -N2 -n2 -l bash -c "ls /tmp/data-$SLURM_JOB_ID 2>/dev/null | wc -l"\n'
-                          'srun -N1 -n1 -w node1 bash -c "echo again \\$(ls /tmp/data-$SLURM_JOB_ID | wc -l)"\n'
+@pytest.mark.parametrize("folder", ["/tmp", "/dev/shm"])
+def test_node_local_folders_are_private_to_each_node_and_job(workdir: Path, folder: str) -> None:
+    """Exercise 2.3's mistake: data unpacked once into /tmp (or the RAM disk) in the batch shell is
+    not on node2; nor is it there for the next job on node1."""
+    data = f"{folder}/data-$SLURM_JOB_ID"
+    out = sbatch(workdir, f'mkdir {data} && touch {data}/a {data}/b\n'
+                          f'srun -N2 -n2 -l bash -c "ls {data} 2>/dev/null | wc -l"\n'
+                          f'srun -N1 -n1 -w node1 bash -c "echo again \\$(ls {data} | wc -l)"\n'
                           'echo job $SLURM_JOB_ID\n',
                  "-N2", "-n2")
     counts = sorted(line for line in out.splitlines() if line[0].isdigit())
     assert counts == ["0: 2", "1: 0"], out  # task 0 on node1 sees the files, task 1 on node2 none
     assert "again 2" in out  # a later step on node1 sees what the batch shell left there
     job = int(out.split("job ")[1].split()[0])
-    left = [apart.private_tmp(job, node) for node in ("node1", "node2")]
+    later = sbatch(workdir, f"ls -d {folder}/data-* 2>/dev/null | wc -l\n", "-w", "node1")
+    assert later.split() == ["0"], f"the next job on node1 sees the last one's {folder}: {later}"
+    left = [path for node in ("node1", "node2") for path in apart.private_folders(job, node)]
     give_up = time.monotonic() + 30  # removed by the supervisor just after it records the job's end
     while any(path.exists() for path in left) and time.monotonic() < give_up:
         time.sleep(0.1)
-    assert not any(path.exists() for path in left), f"a job's /tmp outlived it: {left}"
+    assert not any(path.exists() for path in left), f"a job's /tmp or /dev/shm outlived it: {left}"
 
 
 def test_login_tmp_is_not_on_the_nodes_but_the_working_folder_is(workdir: Path) -> None:

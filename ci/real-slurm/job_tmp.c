@@ -1,16 +1,17 @@
 /*
- * job_tmp.c - a SPANK plugin for the CI's real Slurm: each job a private /tmp on each node, visible
- * to every step of that job on that node and removed when the job ends, as Slurm's
+ * job_tmp.c - a SPANK plugin for the CI's real Slurm: each job a private /tmp and /dev/shm on each
+ * node, seen by every step of that job on that node and removed when the job ends, as Slurm's
  * job_container/tmpfs gives a real cluster's jobs. That plugin needs PrologFlags=Contain, which adds
  * an `extern` step to every job (the local Slurm models none); this one has no such step.
  *
  *   plugstack.conf:  required /path/job_tmp.so base=DIR
  *
  * In each task, as root before the task becomes the user (task_init_privileged): a mount
- * namespace of its own, DIR/<hostname>/<jobid> (made once, mode 1777) bind-mounted over /tmp; the
- * mounts found under the node's /tmp (the paths ci/real-slurm.sh keeps reachable there: the
- * project, pytest's folders) are carried into it at the same paths. At the job's end on each node
- * (job_epilog, run by slurmd): DIR/<hostname>/<jobid> removed, without crossing into mounts.
+ * namespace of its own, DIR/<hostname>/<jobid>/tmp and .../shm (made once, mode 1777)
+ * bind-mounted over /tmp and /dev/shm; the mounts found under the node's /tmp (the paths
+ * ci/real-slurm.sh keeps reachable there: the project, pytest's folders) are carried into the
+ * job's at the same paths. At the job's end on each node (job_epilog, run by slurmd):
+ * DIR/<hostname>/<jobid> removed, without crossing into mounts.
  *
  * Built by ci/real-slurm.sh against each Slurm it starts: SLURM_VERSION_NUMBER is that slurmd's
  * (Slurm loads a plugin only when its major and minor version match). The few SPANK declarations
@@ -116,14 +117,17 @@ static int mounts_under_tmp(char found[][PATH_MAX], int most)
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	static char carried[MAX_CARRIED][PATH_MAX];
-	char dir[PATH_MAX], target[PATH_MAX];
+	char dir[PATH_MAX], tmp[PATH_MAX], shm[PATH_MAX], target[PATH_MAX];
 	int n, i;
 
 	if (job_dir(sp, ac, av, dir, sizeof(dir)) != 0)
 		return -1;
 	/* DIR/<hostname> 700: the job's folder is reached through its /tmp only */
-	if (make_dirs(dir, 0700, 01777) != 0 || chmod(dir, 01777) != 0) {
-		slurm_error("job_tmp: cannot make %s: %m", dir);
+	if ((size_t) snprintf(tmp, sizeof(tmp), "%s/tmp", dir) >= sizeof(tmp) ||
+	    (size_t) snprintf(shm, sizeof(shm), "%s/shm", dir) >= sizeof(shm) ||
+	    make_dirs(tmp, 0700, 01777) != 0 || chmod(tmp, 01777) != 0 ||
+	    make_dirs(shm, 0700, 01777) != 0 || chmod(shm, 01777) != 0) {
+		slurm_error("job_tmp: cannot make %s/tmp and %s/shm: %m", dir, dir);
 		return -1;
 	}
 	if (unshare(CLONE_NEWNS) != 0) {
@@ -138,14 +142,15 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	}
 	n = mounts_under_tmp(carried, MAX_CARRIED);
 	for (i = 0; i < n; i++) {
-		if ((size_t) snprintf(target, sizeof(target), "%s/%s", dir, carried[i] + 5) >= sizeof(target) ||
+		if ((size_t) snprintf(target, sizeof(target), "%s/%s", tmp, carried[i] + 5) >= sizeof(target) ||
 		    make_dirs(target, 0755, 0755) != 0 || mount(carried[i], target, NULL, MS_BIND | MS_REC, NULL) != 0) {
-			slurm_error("job_tmp: cannot carry %s into %s: %m", carried[i], dir);
+			slurm_error("job_tmp: cannot carry %s into %s: %m", carried[i], tmp);
 			return -1;
 		}
 	}
-	if (mount(dir, "/tmp", NULL, MS_BIND | MS_REC, NULL) != 0) {
-		slurm_error("job_tmp: cannot mount %s on /tmp: %m", dir);
+	if (mount(tmp, "/tmp", NULL, MS_BIND | MS_REC, NULL) != 0 ||
+	    mount(shm, "/dev/shm", NULL, MS_BIND, NULL) != 0) {
+		slurm_error("job_tmp: cannot mount %s on /tmp and %s on /dev/shm: %m", tmp, shm);
 		return -1;
 	}
 	return 0;

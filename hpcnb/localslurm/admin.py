@@ -390,12 +390,12 @@ def _nodes_line() -> str:
 
     found = mode()
     if found != "apart":
-        return f"{found}; every node shares this machine's hostname, /tmp and network"
+        return f"{found}; every node shares this machine's hostname, /tmp, /dev/shm and network"
     if network.in_use():
-        return ("apart (each node its own hostname, /tmp and network; no ssh between nodes; "
+        return ("apart (each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes; "
                 "the login node does not reach servers on the nodes)")
     why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {network.failure()}"
-    return f"apart (each node its own hostname and /tmp; the network is shared: {why})"
+    return f"apart (each node its own hostname, /tmp and /dev/shm; the network is shared: {why})"
 
 
 def show_status() -> int:

@@ -1,13 +1,13 @@
 """Virtual nodes that are apart: each job step's processes see their node as their own host.
 
-On a real cluster every node has its own hostname and its own ``/tmp`` (Slurm's
-``job_container/tmpfs`` gives each job a private one per node, gone when the job ends). Here all
-nodes are this machine, so a task started for ``node2`` enters namespaces of its own first
-(``unshare(2)``: UTS and mount; a user namespace too when not root): ``hostname`` says ``node2``,
-and ``/tmp`` is the job's private folder on that node. What stands for the cluster's shared file
-systems stays shared: the top-level ``/tmp`` folders that hold the job's working directory or a
-path in its submission environment (home, venv, the local Slurm's own state), so a course run
-from a temporary folder keeps working.
+On a real cluster every node has its own hostname, ``/tmp`` and ``/dev/shm`` (Slurm's
+``job_container/tmpfs`` gives each job a private ``/tmp`` and ``/dev/shm`` per node, gone when the
+job ends). Here all nodes are this machine, so a task started for ``node2`` enters namespaces of its
+own first (``unshare(2)``: UTS and mount; a user namespace too when not root): ``hostname`` says
+``node2``, and ``/tmp`` and ``/dev/shm`` are the job's private folders on that node. What stands
+for the cluster's shared file systems stays shared: the top-level ``/tmp`` folders that hold the
+job's working directory or a path in its submission environment (home, venv, the local Slurm's own
+state), so a course run from a temporary folder keeps working.
 
 Each node has its own network too (:mod:`.network`: ``localhost`` on node2 is node2) unless
 ``HPCNB_NODE_NETWORK=shared``. Where namespaces are not allowed (no unprivileged user namespaces),
@@ -32,19 +32,20 @@ if TYPE_CHECKING:
 
 CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
-TMP = "/tmp"
+TMP, SHM = "/tmp", "/dev/shm"
 SETTING = "HPCNB_NODES"
 
 
 class NodeView:
     """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, ``keep`` (top-level
-    ``/tmp`` folders standing for shared file systems) where they were, and ``net``: the node's own
-    network, or None for the machine's."""
+    ``/tmp`` folders standing for shared file systems) where they were, ``net``: the node's own
+    network, or None for the machine's, and ``shm`` as ``/dev/shm`` (None: the machine's)."""
 
-    __slots__ = ("node", "tmp", "keep", "net")
+    __slots__ = ("node", "tmp", "keep", "net", "shm")
 
-    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None) -> None:
-        self.node, self.tmp, self.keep, self.net = node, tmp, keep, net
+    def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None,
+                 shm: str | None = None) -> None:
+        self.node, self.tmp, self.keep, self.net, self.shm = node, tmp, keep, net, shm
 
 
 @functools.cache
@@ -64,7 +65,7 @@ def _check(rc: int, what: str) -> None:
 
 
 def enter(view: NodeView) -> None:
-    """In a forked child, before exec: become ``view.node``, with its private ``/tmp``."""
+    """In a forked child, before exec: become ``view.node``, with its private ``/tmp`` and ``/dev/shm``."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
     if view.net is not None:  # the fabric's user namespace (not when already in it), then the node's network
@@ -84,6 +85,8 @@ def enter(view: NodeView) -> None:
     name = view.node.encode()
     _check(libc.sethostname(name, len(name)), "sethostname")
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in view.keep if os.path.isdir(path)]
+    if view.shm and os.path.isdir(SHM):  # before /tmp is covered: the folder may lie under it
+        _check(libc.mount(view.shm.encode(), SHM.encode(), None, MS_BIND, None), f"mount {view.shm} on {SHM}")
     _check(libc.mount(view.tmp.encode(), TMP.encode(), None, MS_BIND | MS_REC, None), f"mount {view.tmp} on /tmp")
     for path, fd in kept:
         os.makedirs(path, mode=0o700, exist_ok=True)  # a mount point in the node's /tmp: private whatever the umask
@@ -130,6 +133,16 @@ def private_tmp(job_id: int, node: str) -> Path:
     return paths.node_tmp_root() / node / f"tmp_{job_id}"
 
 
+def private_shm(job_id: int, node: str) -> Path:
+    """The job's ``/dev/shm`` on ``node`` (removed with its ``/tmp`` at the job's end)."""
+    return paths.node_tmp_root() / node / f"shm_{job_id}"
+
+
+def private_folders(job_id: int, node: str) -> tuple[Path, Path]:
+    """What :func:`view_for` mounts for the job on ``node``: its ``/tmp`` and its ``/dev/shm``."""
+    return private_tmp(job_id, node), private_shm(job_id, node)
+
+
 def mode() -> str:
     """``apart``, or ``shared: <why>``: whether job steps run on nodes that are apart. Probed once per
     state folder (kept in it as ``nodes-mode``); ``HPCNB_NODES=shared`` turns it off."""
@@ -161,7 +174,8 @@ def probe() -> str:
     if pid == 0:
         os.close(read)
         try:
-            enter(NodeView("probe", str(paths.state_dir()), ()))  # a folder that is there, whatever the cwd
+            state = str(paths.state_dir())  # a folder that is there, whatever the cwd
+            enter(NodeView("probe", state, (), shm=state))
             os._exit(0)
         except BaseException as err:  # noqa: BLE001 - reported to the parent
             os.write(write, str(err).encode()[:500])
@@ -183,5 +197,5 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     env = req.get("env") or {}
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
     return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage),
-                    network.node_net(node))
+                    network.node_net(node), str(private_shm(job["id"], node)))
 
