@@ -122,7 +122,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 
 	if (job_dir(sp, ac, av, dir, sizeof(dir)) != 0)
 		return -1;
-	/* DIR/<hostname> 700: the job's folder is reached through its /tmp only */
+	/* the folders above tmp and shm 700: what they hold is reached through the job's mounts only */
 	if ((size_t) snprintf(tmp, sizeof(tmp), "%s/tmp", dir) >= sizeof(tmp) ||
 	    (size_t) snprintf(shm, sizeof(shm), "%s/shm", dir) >= sizeof(shm) ||
 	    make_dirs(tmp, 0700, 01777) != 0 || chmod(tmp, 01777) != 0 ||
