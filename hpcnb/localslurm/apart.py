@@ -196,6 +196,7 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     req = job["req"]
     env = req.get("env") or {}
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
-    return NodeView(node, str(private_tmp(job["id"], node)), shared_tops(req.get("workdir") or "", env, storage),
-                    network.node_net(node), str(private_shm(job["id"], node)))
+    tmp, shm = private_folders(job["id"], node)
+    return NodeView(node, str(tmp), shared_tops(req.get("workdir") or "", env, storage), network.node_net(node),
+                    str(shm))
 

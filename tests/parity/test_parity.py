@@ -11,7 +11,7 @@ live in the cases_*.py modules and are collected here, in this one module, in th
   cases_5_lessons  lesson-level jobs: torch DDP (gloo), Lightning DDP, horovodrun --gloo
   cases_6_fidelity srun in an ended job or an --export job, srun -K, the queries of batchspawner,
                    dask-jobqueue, submitit
-  cases_7_nodes    what a task sees of its node: hostname, the node's and the job's own /tmp
+  cases_7_nodes    what a task sees of its node: hostname, network, the job's own /tmp and /dev/shm
   cases_9_long     TIMEOUT, --signal, requeue (started when the session starts, collected last)
 
 One module, run in one process (``make test-parity``): cases running side by side would change
