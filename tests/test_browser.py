@@ -75,7 +75,7 @@ def _lesson(kernel: str) -> nbformat.NotebookNode:
                  "language_info": {"name": "python"}})
 
 
-def _get(url: str, token: str, timeout: float = 10) -> dict:
+def _get(url: str, token: str, timeout: float = 10) -> dict | list:
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read().decode())
@@ -170,21 +170,40 @@ def close_dialogs(page) -> list[str]:
 
 
 def run_all_cells(page, notebook) -> None:
-    """Run > Run All Cells in JupyterLab, until a cell has started (also used by test_portal.py)."""
+    """Run > Run All Cells in JupyterLab, until a cell has started (also used by test_portal.py).
+    A click lost while the session connects is made again, never one that landed late: cells run
+    twice ran a DDP job twice (CI: two event files in the lesson's TensorBoard folder)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
     started = notebook.locator(".jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
-    for attempt in range(3):  # a click that lands while the session is still connecting is lost
+    for attempt in range(3):
         close_dialogs(page)
+        try:
+            if attempt:  # the last click may have landed: its cells start once a dialog is gone
+                expect(started).not_to_have_count(0, timeout=10_000)
+                return
+        except AssertionError:
+            pass
         try:
             page.get_by_role("menuitem", name="Run", exact=True).click(timeout=30_000)
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click(timeout=30_000)
             expect(started).not_to_have_count(0, timeout=30_000)
-            break
+            return
         except (AssertionError, PlaywrightTimeout):  # a dialog that opened meanwhile is closed above
             if attempt == 2:
                 raise
+
+
+def _start_session(lab, path: str) -> None:
+    """A session with the notebook's kernel before the page opens: JupyterLab connects to it rather
+    than choosing a kernel itself (a busy machine: it asked "Select Kernel" as the cells ran)."""
+    body = json.dumps({"path": path, "name": Path(path).name, "type": "notebook",
+                       "kernel": {"name": lab["kernel"]}}).encode()
+    req = urllib.request.Request(f"{lab['url']}/api/sessions", data=body, method="POST",
+                                 headers={"Authorization": f"token {lab['token']}",
+                                          "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=60).close()
 
 
 @contextlib.contextmanager
@@ -196,14 +215,19 @@ def _notebook_page(lab, name: str):
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            _start_session(lab, f"notebooks/{name}")
             page.set_default_timeout(120_000)
             expect.set_options(timeout=120_000)  # a busy 2-core machine: kernels take a while to start
             # reset: not the workspace an earlier test left (its notebooks, an open dialog)
             page.goto(f"{lab['url']}/lab/tree/notebooks/{name}?reset&token={lab['token']}")
             notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             expect(notebook.locator(".jp-Cell").first).to_be_visible()
-            # the kernel is up and idle (the toolbar's execution indicator)
+            # connected to that kernel (not "No Kernel"), and idle (the toolbar's execution indicator)
+            expect(notebook.locator(".jp-Toolbar-kernelName")).to_contain_text("Python 3")
             expect(notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+            sessions = [s for s in _get(f"{lab['url']}/api/sessions", lab["token"])
+                        if s["path"] == f"notebooks/{name}"]
+            assert len(sessions) == 1, f"the page did not take the session made for it: {sessions}"
             yield page, notebook
         finally:
             browser.close()
