@@ -204,6 +204,18 @@ def slurm_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def login_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """:func:`slurm_env`, and on the local Slurm what makes its node names resolve here as on a
+    cluster's login node (``curl node1:PORT`` reaches a server a job runs there): the course kernel's
+    environment, and that of a notebook's shell commands after ``hpcnb.setup()``."""
+    env = slurm_env(env)
+    if choose_slurm().slurm == "local":
+        from hpcnb.localslurm.names import login_env as local_names
+
+        env.update(local_names(env))
+    return env
+
+
 def submit_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """:func:`slurm_env` for a command that starts a new job (sbatch, salloc): without the
     variables of the job the caller runs in."""

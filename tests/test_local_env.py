@@ -160,8 +160,8 @@ def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, mo
     cluster = type("C", (), {"nodes": {"node1": None, "node2": None}})()
     old = os.umask(0)
     try:
-        first = names.resolver_env(cluster, {"LD_PRELOAD": "/x.so"})
-        again = names.resolver_env(cluster, {})
+        first = names.job_env(cluster, {"LD_PRELOAD": "/x.so"})
+        again = names.job_env(cluster, {})
     finally:
         os.umask(old)
     assert first == {"LD_PRELOAD": "/usr/lib/libnss_wrapper.so:/x.so", "NSS_WRAPPER_HOSTS": str(tmp_path / "hosts")}
@@ -170,16 +170,21 @@ def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, mo
     for kept in ("hosts", "resolver.json"):
         assert (tmp_path / kept).stat().st_mode & 0o777 == 0o600, kept
     cluster.nodes = {"gpu1": None}
-    names.resolver_env(cluster, {})
+    names.job_env(cluster, {})
     assert looked_up == ["node1", "gpu1"] and "gpu1" in (tmp_path / "hosts").read_text()
 
 
 def test_no_resolver_where_the_nodes_have_networks_of_their_own(tmp_path, monkeypatch) -> None:
-    """There each task's /etc/hosts names every node: no LD_PRELOAD in the job's environment."""
+    """There each task's /etc/hosts names every node: no LD_PRELOAD in the job's environment, not
+    even the login node's own (the course kernel's), which a job submitted from there inherits."""
     from hpcnb.localslurm import names, network
 
     monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(names, "resolves", lambda name: False)
     monkeypatch.setattr(names, "nss_wrapper_library", lambda: "/usr/lib/libnss_wrapper.so")
     monkeypatch.setattr(network, "in_use", lambda: True)
-    assert names.resolver_env(type("C", (), {"nodes": {"node1": None}})(), {}) == {}
+    cluster = type("C", (), {"nodes": {"node1": None}})()
+    assert names.job_env(cluster, {}) == {}
+    login = {"LD_PRELOAD": "/usr/lib/libnss_wrapper.so:/x.so", "NSS_WRAPPER_HOSTS": str(tmp_path / "hosts"), "A": "1"}
+    assert names.job_env(cluster, login) == {"LD_PRELOAD": "/x.so", "A": "1"}
+    assert names.job_env(cluster, {**login, "LD_PRELOAD": "/usr/lib/libnss_wrapper.so"}) == {"A": "1"}

@@ -5,6 +5,7 @@ a local Slurm of its own (the controller reads the setting), and once as an ordi
 fabric lives in a user namespace."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,66 @@ def test_ddp_across_nodes_meets_at_the_first_nodes_name(own_network, workdir: Pa
     assert "rank 1/2 (local rank 0) on node2, rank 0 at node1:" in out, out
 
 
+NODE_SERVER = """import socket, sys, threading, time
+def serve(s):
+    while True:
+        c, peer = s.accept(); c.sendall(f"hello from {socket.gethostname()} to {peer[0]}".encode()); c.close()
+for port in sys.argv[1:]:  # lo:PORT: on the node's loopback only
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1" if port.startswith("lo:") else "0.0.0.0", int(port.removeprefix("lo:")))); s.listen()
+    threading.Thread(target=serve, args=(s,), daemon=True).start()
+open(f"ready-{socket.gethostname()}", "w").close()
+time.sleep(300)
+"""
+LOGIN_CLIENT = """import socket, sys, time
+for target in sys.argv[1:]:
+    node, port = target.split(":")
+    give_up, said = time.monotonic() + 20, None  # the gateway looks every 0.1 s
+    while time.monotonic() < give_up:
+        try:
+            said = socket.create_connection((node, int(port)), timeout=10).recv(100).decode()
+            break
+        except OSError as err:
+            said = err.strerror
+            time.sleep(0.1)
+    print(f"{target}: {said}")
+"""
+
+
+def _login_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment of the course kernel (``hpcnb.backend.login_env``) for this local Slurm."""
+    code = "import json; from hpcnb.backend import login_env; print(json.dumps(login_env()))"
+    made = run([sys.executable, "-c", code], env=env)
+    assert made.returncode == 0, made.stderr
+    return json.loads(made.stdout)
+
+
+def test_the_login_node_reaches_a_jobs_server_by_its_nodes_name(own_network, workdir: Path) -> None:
+    """As from a cluster's login node: node1 and node2 are reached by name, each on its own server
+    at the same port; a server on node1's loopback is not reached (lesson 5's point)."""
+    login = _login_env(own_network)
+    assert "libnss_wrapper" in login.get("LD_PRELOAD", ""), login
+    port, loopback = 20000 + os.getpid() % 10000, 30000 + os.getpid() % 10000
+    (workdir / "server.py").write_text(NODE_SERVER)
+    (workdir / "job.sh").write_text(f"#!/bin/bash\nsrun python3 server.py {port} lo:{loopback}\n")
+    job = run(["sbatch", "--parsable", "-N2", "-n2", "-t", "5", "-o", "out.txt", "job.sh"], cwd=workdir,
+              env=own_network).stdout.strip()
+    try:
+        give_up = time.monotonic() + 60
+        while not all((workdir / f"ready-{n}").exists() for n in ("node1", "node2")) and time.monotonic() < give_up:
+            time.sleep(0.1)
+        targets = [f"node1:{port}", f"node2:{port}", f"node1:{loopback}"]
+        got = run([sys.executable, "-c", LOGIN_CLIENT, *targets[:2]], env=login).stdout
+        assert got.splitlines() == [f"node1:{port}: hello from node1 to {network.FABRIC_V4}",
+                                    f"node2:{port}: hello from node2 to {network.FABRIC_V4}"], got
+        refused = run([sys.executable, "-c", LOGIN_CLIENT.replace("+ 20", "+ 1"), targets[2]], env=login).stdout
+        assert refused == f"node1:{loopback}: Connection refused\n", refused
+        hosts = Path(login["NSS_WRAPPER_HOSTS"]).read_text().split()
+        assert hosts[1::2] == ["node1", "node2"] and all(a.startswith("127.") for a in hosts[::2]), hosts
+    finally:
+        run(["scancel", job], env=own_network)
+
+
 def test_shared_network_on_request(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> None:
     """With ``HPCNB_NODE_NETWORK=shared`` (read by the controller) the nodes share this machine's network."""
     env = {**os.environ, network.SETTING: "shared"}
@@ -179,6 +240,17 @@ try:
     for pid in (server, client):
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    # the login node (this process) reaches a server on node1 through the gateway
+    server = start("node1", ["-c", SERVER, "5556", os.environ["READY"] + "2"])
+    give_up = time.monotonic() + 20
+    while time.monotonic() < give_up:
+        try:
+            hosts = dict(reversed(line.split()) for line in open(network.paths.hosts_path()))
+            print("login:", socket.create_connection((hosts["node1"], 5556), timeout=10).recv(100).decode())
+            break
+        except (OSError, KeyError):
+            time.sleep(0.1)
+    os.waitpid(server, 0)
 finally:
     network.stop()
 '''
@@ -222,24 +294,27 @@ def test_an_ordinary_users_fabric_lives_in_a_user_namespace(tmp_path_factory: py
         assert "node1: hello from node1" in done.stdout and "on node2" in done.stdout, done.stdout
         lines = done.stdout.splitlines()
         assert f"uid {uid}" in lines and "node1" in lines, done.stdout  # the nested task ran on node1
+        assert "login: hello from node1" in lines, done.stdout + done.stderr
         give_up = time.monotonic() + 10 + network.POLL_S  # the holder sees its record gone on its next look
         while _holders_of(top) and time.monotonic() < give_up:
             time.sleep(0.1)
         assert not _holders_of(top), "the fabric outlived its record"
     finally:
-        subprocess.run(["pkill", "-KILL", "-f", f"hpcnb.localslurm.network .* {top}/state"], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", f"hpcnb.localslurm.(network|gateway) .* {top}/state"], check=False)
         shutil.rmtree(top, ignore_errors=True)
 
 
 def _holders_of(top: Path) -> list[str]:
-    found = subprocess.run(["pgrep", "-f", f"hpcnb.localslurm.network .* {top}/state"], capture_output=True,
-                           text=True)
+    """The fabric's holder and gateway for the state folder under ``top``."""
+    found = subprocess.run(["pgrep", "-f", f"hpcnb.localslurm.(network|gateway) .* {top}/state"],
+                           capture_output=True, text=True)
     return found.stdout.split()
 
 
 def test_status_says_the_nodes_have_their_own_network(own_network) -> None:
     status = run([sys.executable, "-m", "hpcnb.cli", "slurm", "status"], env=own_network)
-    said = "each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes"
+    said = ("each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes; the login node "
+            "reaches servers on the nodes by their names, the nodes do not reach the login node")
     assert said in status.stdout, status.stdout
 
 

@@ -1,7 +1,8 @@
 """The course's Jupyter kernel: an ipykernel whose PATH finds the chosen Slurm first.
 
 ``hpcnb kernel install`` registers it; the kernel then runs ``python -m hpcnb.course.kernel -f <file>``,
-which picks local or real Slurm (HPCNB_SLURM) and execs the ordinary ipykernel.
+which picks local or real Slurm (HPCNB_SLURM) and execs the ordinary ipykernel, on the local Slurm with
+the node names resolving as on a login node (:func:`hpcnb.backend.login_env`).
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def install(user: bool = False, prefix: str | None = None) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from hpcnb.backend import slurm_env
+    from hpcnb.backend import login_env
 
-    env = slurm_env()
+    env = login_env()  # (its node names resolve in the kernel itself: nss_wrapper is preloaded at start)
     os.execve(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv], env)
 
 

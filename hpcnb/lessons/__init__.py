@@ -22,7 +22,8 @@ __all__ = ["setup", "work_folder"]
 def setup(workdir: str | None = None) -> Path | None:
     """Every lesson's first cell (lessons 1-15 and their exercises): ready this kernel for ``!sbatch``.
 
-    * the chosen Slurm's commands (``hpcnb which-slurm``) come first on PATH, in any kernel;
+    * the chosen Slurm's commands (``hpcnb which-slurm``) come first on PATH, in any kernel; on
+      the local Slurm its node names resolve in shell commands as on a login node;
     * then this kernel's Python, so that ``python`` (and ``torchrun``, ``horovodrun``) in a job
       script is this environment's — as ``source .venv/bin/activate`` in the script would be;
     * inside a Slurm job (a portal's notebook server is one) the job's ``SLURM_*`` variables
@@ -36,11 +37,11 @@ def setup(workdir: str | None = None) -> Path | None:
     * with ``workdir``: :func:`work_folder` (returned).
     """
     import hpcnb
-    from hpcnb.backend import check_settings, slurm_env, which_slurm, without_job_variables
+    from hpcnb.backend import check_settings, login_env, which_slurm, without_job_variables
     from hpcnb.lessons.jobscripts import register_magic, site_environment
 
     check_settings()  # a bad HPCNB_* value: one clear SettingError before anything changes
-    env = without_job_variables(slurm_env())
+    env = without_job_variables(login_env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     os.environ.clear()
     os.environ.update(env)

@@ -393,7 +393,7 @@ def _nodes_line() -> str:
         return f"{found}; every node shares this machine's hostname, /tmp, /dev/shm and network"
     if network.in_use():
         return ("apart (each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes; "
-                "the login node does not reach servers on the nodes)")
+                "the login node reaches servers on the nodes by their names, the nodes do not reach the login node)")
     why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {network.failure()}"
     return f"apart (each node its own hostname, /tmp and /dev/shm; the network is shared: {why})"
 

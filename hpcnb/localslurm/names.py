@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import sys
+from pathlib import Path
 
 from . import paths
 from .cluster import Cluster
@@ -38,14 +39,48 @@ def nss_wrapper_library() -> str | None:
     return found[0] if found else None
 
 
-def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
-    """Variables a job needs so its node names resolve ({} when they already do, or when the nodes
-    have networks of their own: there each task's /etc/hosts names every node)."""
+def job_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
+    """A job's environment with what makes its node names resolve: nothing where they already do,
+    or where the nodes have networks of their own (there each task's /etc/hosts names every node).
+    The login node's own resolver (:func:`login_env`) stays on the login node."""
     from . import network
 
+    env = dict(env)
+    if env.get("NSS_WRAPPER_HOSTS") == str(paths.hosts_path()):
+        del env["NSS_WRAPPER_HOSTS"]
+        kept = [lib for lib in env.get("LD_PRELOAD", "").split(":") if lib and lib != nss_wrapper_library()]
+        env.pop("LD_PRELOAD", None)
+        if kept:
+            env["LD_PRELOAD"] = ":".join(kept)
     if network.in_use():
-        return {}
-    found = _resolver(list(cluster.nodes))
+        return env
+    return env | _preload(_resolver(list(cluster.nodes)), env)
+
+
+def login_env(env: dict[str, str]) -> dict[str, str]:
+    """Variables the login node (the course kernel, a notebook's shell commands) needs so that the
+    node names resolve there as on a cluster's: where the nodes have their own network, to the
+    addresses the gateway listens at for them (:mod:`.gateway`), else to this machine. {} where
+    nss_wrapper is missing, or the names resolve already and the nodes share this machine's network."""
+    from . import network
+    from .commands.common import open_cluster
+
+    conn, cluster = open_cluster()
+    conn.close()
+    names = list(cluster.nodes)
+    if not network.in_use():
+        found = _resolver(names)
+    elif (library := nss_wrapper_library()) is None:
+        found = {}
+    else:
+        hosts, text = paths.hosts_path(), network.login_hosts_text(names, network.login_block(paths.state_dir()))
+        if not network.running() and not _has_text(hosts, text):  # (a running gateway has written its own)
+            paths.write_private(hosts, text)
+        found = {"library": library, "hosts": str(hosts)}
+    return _preload(found, env)
+
+
+def _preload(found: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     if not found:
         return {}
     library, hosts = found["library"], found["hosts"]
@@ -53,6 +88,13 @@ def resolver_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     if library not in preload.split(":"):
         preload = f"{library}:{preload}" if preload else library
     return {"LD_PRELOAD": preload, "NSS_WRAPPER_HOSTS": hosts}
+
+
+def _has_text(path, text: str) -> bool:
+    try:
+        return path.read_text() == text
+    except OSError:
+        return False
 
 
 def _resolver(names: list[str]) -> dict[str, str]:
@@ -67,8 +109,9 @@ def _resolver(names: list[str]) -> dict[str, str]:
     memo = paths.state_dir() / "resolver.json"
     try:
         kept = json.loads(memo.read_text())
-        if kept["key"] == key and (not kept["found"] or os.path.exists(kept["found"]["hosts"])):
-            return kept["found"]
+        found = kept["found"]  # (the file holds the nodes' own network's names once that has run)
+        if kept["key"] == key and (not found or _has_text(Path(found["hosts"]), _shared_hosts_text(names))):
+            return found
     except (OSError, ValueError, KeyError, TypeError):
         pass
     found = _find_resolver(names)
@@ -86,14 +129,18 @@ def _find_resolver(names: list[str]) -> dict[str, str]:
     if library is None:
         return {}
     hosts = paths.hosts_path()
-    text = "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
-    if not hosts.exists() or hosts.read_text() != text:
+    text = _shared_hosts_text(names)
+    if not _has_text(hosts, text):
         try:
             paths.write_private(hosts, text)
         except OSError as err:  # in a task of the nodes' own network the file is theirs, mounted here
             if err.errno != errno.EBUSY:
                 raise
     return {"library": library, "hosts": str(hosts)}
+
+
+def _shared_hosts_text(names: list[str]) -> str:
+    return "".join(f"127.0.0.1 {n}\n::1 {n}\n" for n in names)
 
 
 def status(cluster: Cluster) -> tuple[bool, str]:

@@ -18,15 +18,21 @@ after a minute without a controller (no job runs then; the next controller start
 The controller starts it before its first grant unless its environment says
 ``HPCNB_NODE_NETWORK=shared``; where it cannot (no network namespaces, no ``ip``), the nodes share
 this machine's network and :func:`failure` says why (``hpcnb slurm status``). As on many clusters,
-there is no ssh between the nodes (``horovodrun`` across nodes needs it; ``srun`` does not). Not
-yet: the login node (the notebook's kernel, a portal's hub) and the nodes do not reach each other.
+there is no ssh between the nodes (``horovodrun`` across nodes needs it; ``srun`` does not). The
+login node reaches servers on the nodes by their names through the fabric's gateway
+(:mod:`.gateway`, started with the holder); the nodes do not reach servers of the login node (a
+portal's hub: the portal runs with ``HPCNB_NODE_NETWORK=shared``).
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import ipaddress
 import json
 import os
+import select
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -40,6 +46,8 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS, FAILED = "fabric.json", "fabric.lock", "fabric-hosts", "fabric-failed"
+GATEWAY_LOG = "gateway.log"
+FABRIC_V4, FABRIC_V6 = "10.77.255.254", "fd77::fffe"  # the bridge's own: the login node's connections
 POLL_S = 2.0
 ALONE_EXIT_S = 60.0  # the holder leaves after this long without a controller (one starts it again)
 
@@ -72,6 +80,25 @@ def address(index: int) -> tuple[str, str]:
     return f"10.77.{index // 250}.{index % 250 + 1}", f"fd77::{index + 1:x}"
 
 
+def login_block(state: Path) -> int:
+    """The block of 256 loopback addresses (``127.B.C.0``, an int) where the login node prefers to
+    reach this state folder's nodes: one of 32768, from the user and the folder, so that the local
+    Slurms of two users of one machine differ (the gateway moves on where one is taken)."""
+    digest = int.from_bytes(hashlib.sha256(f"{os.getuid()}:{state}".encode()).digest()[:4], "big")
+    return (127 << 24) | ((64 + digest % 128) << 16) | ((digest >> 7) % 256 << 8)
+
+
+def login_address(index: int, block: int) -> str:
+    """Where the login node reaches the node at ``index``: a loopback address of this machine, in
+    ``block``, at which the gateway listens for it (:mod:`.gateway`); 254 nodes to a block."""
+    return str(ipaddress.IPv4Address(block + index // 254 * 256 + index % 254 + 1))
+
+
+def login_hosts_text(nodes: list[str], block: int) -> str:
+    """The node names as the login node resolves them (nss_wrapper's hosts file there)."""
+    return "".join(f"{login_address(index, block)} {node}\n" for index, node in enumerate(nodes))
+
+
 def hosts_text(nodes: list[str]) -> str:
     """The hosts file every node sees: each node's name at its own address, and ``localhost``. Also,
     under a name of its own (``node2.ipv4-mapped``), its IPv4 address as IPv6 sees it
@@ -91,7 +118,7 @@ def node_net(node: str) -> NodeNet | None:
     """The namespaces of ``node`` in this state folder's fabric; None when none runs (then the nodes
     share this machine's network). The controller decides: it starts the fabric before it grants
     anything (:func:`ensure`), whatever the environment of the command that asks here."""
-    record = _running(paths.state_dir() / RECORD)
+    record = current()
     if not record or node not in record["nodes"]:
         return None
     user = f"/proc/{record['holder']}/ns/user" if record["own_user"] else None
@@ -101,7 +128,7 @@ def node_net(node: str) -> NodeNet | None:
 
 def running() -> bool:
     """Whether this state folder's nodes have their own network now."""
-    return _running(paths.state_dir() / RECORD) is not None
+    return current() is not None
 
 
 def in_use() -> bool:
@@ -122,7 +149,7 @@ def launch_address(node: str) -> str:
     """The address a process on host ``node`` is reached at (``SLURM_LAUNCH_NODE_IPADDR`` of the steps
     it starts): the node's own in the fabric; 127.0.0.1 on the login node (no node's name; it has no
     address in the fabric), or where the nodes share this machine's network."""
-    record = _running(paths.state_dir() / RECORD)
+    record = current()
     if not record or node not in record["names"]:
         return "127.0.0.1"
     return address(record["names"].index(node))[0]
@@ -134,7 +161,7 @@ def ensure(nodes: list[str]) -> dict:
     state = paths.state_dir()
     with open(os.open(state / LOCK, os.O_RDWR | os.O_CREAT, 0o600)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        record = _running(state / RECORD)
+        record = current(state)
         if record and record["names"] == nodes:
             return record
         if record:
@@ -150,7 +177,7 @@ def ensure(nodes: list[str]) -> dict:
 
 def stop() -> None:
     """End the fabric of this state folder (its holder leaves when its record is gone)."""
-    record = _running(paths.state_dir() / RECORD)
+    record = current()
     (paths.state_dir() / RECORD).unlink(missing_ok=True)
     if record:
         try:
@@ -159,9 +186,10 @@ def stop() -> None:
             pass
 
 
-def _running(path: Path) -> dict | None:
+def current(state: Path | None = None) -> dict | None:
+    """The record of the fabric of ``state`` (this state folder) while its holder runs, else None."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(((state or paths.state_dir()) / RECORD).read_text())
         alive = _start_time(record["holder"]) == record["holder_start"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -174,38 +202,59 @@ def _start_time(pid: int) -> str:
 
 
 def _start(state: Path, nodes: list[str]) -> dict:
+    """Start the holder, and once it has built the fabric, the gateway (the login node's way in)."""
     paths.write_private(state / HOSTS, hosts_text(nodes))
     read, write = os.pipe()
+    holder_end, gateway_end = socket.socketpair()
+    with gateway_end:
+        try:
+            _spawn([__name__, str(write), str(holder_end.fileno()), str(state), *nodes], (write, holder_end.fileno()))
+        finally:
+            os.close(write)
+            holder_end.close()
+        with os.fdopen(read, "rb") as fh:
+            answer = fh.read().decode(errors="replace")
+        try:
+            record = json.loads(answer)
+        except ValueError:
+            raise OSError(f"the nodes' network did not start: {answer.strip() or 'no answer'}") from None
+        if "error" in record:
+            raise OSError(f"the nodes' network did not start: {record['error']}")
+        _spawn(["hpcnb.localslurm.gateway", str(gateway_end.fileno()), str(state)], (gateway_end.fileno(),),
+               log=state / GATEWAY_LOG)
+    return record
+
+
+def _spawn(args: list[str], keep: tuple[int, ...], log: Path | None = None) -> None:
+    """``python -m ARGS`` as a daemon (a session of its own, not the caller's child) that holds the
+    file descriptors ``keep``, its output appended to ``log`` (or dropped)."""
     pid = os.fork()
     if pid == 0:
         try:
-            os.closerange(3, write)
-            os.closerange(write + 1, 65536)
             os.setsid()
             os.chdir("/")
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
+            out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd in (1, 2):
+                os.dup2(out, fd)
+            low = 3
+            for fd in sorted(keep):
+                os.closerange(low, fd)
+                os.set_inheritable(fd, True)
+                low = fd + 1
+            os.closerange(low, 65536)
             if os.fork():
                 os._exit(0)
-            os.set_inheritable(write, True)  # a Python of its own: not a copy of the controller in `ps`
-            os.execv(sys.executable, [sys.executable, "-m", __name__, str(write), str(state), *nodes])
+            os.execv(sys.executable, [sys.executable, "-m", *args])  # not a copy of the controller in `ps`
         finally:
             os._exit(1)
-    os.close(write)
     os.waitpid(pid, 0)
-    with os.fdopen(read, "rb") as fh:
-        answer = fh.read().decode(errors="replace")
-    try:
-        record = json.loads(answer)
-    except ValueError:
-        raise OSError(f"the nodes' network did not start: {answer.strip() or 'no answer'}") from None
-    if "error" in record:
-        raise OSError(f"the nodes' network did not start: {record['error']}")
-    return record
 
 
-def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
+def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> None:
     """The holder: build the fabric, answer with its record, then stay while the record names it."""
     import ctypes
 
@@ -232,16 +281,33 @@ def _hold(state: Path, nodes: list[str], answer_fd: int) -> None:
         os._exit(1)
     _answer(answer_fd, record)  # a starter that has gone meanwhile does not need it
     os.close(answer_fd)
-    for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    channel = socket.socket(fileno=channel_fd)
     alone_since = time.monotonic()
     while _names_me(path, me):
-        time.sleep(POLL_S)
+        channel = _hand_out_sockets(channel, POLL_S)
         if _controller_runs(state):
             alone_since = time.monotonic()
         elif time.monotonic() - alone_since > ALONE_EXIT_S:  # no controller, so no job: not needed now
             path.unlink(missing_ok=True)
     os._exit(0)
+
+
+def _hand_out_sockets(channel: socket.socket | None, wait: float) -> socket.socket | None:
+    """For ``wait`` seconds, answer the gateway's asks ("4", "6") with a new TCP socket of that family
+    made here, in the fabric; None once the gateway has gone."""
+    end = time.monotonic() + wait
+    while channel is not None and (left := end - time.monotonic()) > 0:
+        if not select.select([channel], [], [], left)[0]:
+            continue
+        asked = channel.recv(64)
+        if not asked:
+            channel.close()
+            return None
+        for kind in asked:
+            with socket.socket(socket.AF_INET6 if kind == ord("6") else socket.AF_INET) as made:
+                socket.send_fds(channel, [b"k"], [made.fileno()])
+    time.sleep(max(0.0, end - time.monotonic()))
+    return channel
 
 
 def _controller_runs(state: Path) -> bool:
@@ -338,6 +404,8 @@ def _build(libc, nodes: list[str]) -> list[int]:
     """The bridge, and for each node a child holding its network namespace, linked and addressed."""
     _ip("link", "set", "lo", "up")
     _ip("link", "add", "fabric", "type", "bridge")
+    _ip("addr", "add", f"{FABRIC_V4}/16", "dev", "fabric")
+    _ip("-6", "addr", "add", f"{FABRIC_V6}/64", "dev", "fabric", "nodad")
     _ip("link", "set", "fabric", "up")
     pids = []
     for index in range(len(nodes)):
@@ -380,5 +448,5 @@ def _node_holder(libc) -> int:
     return pid
 
 
-if __name__ == "__main__":  # the holder, started by _start: ANSWER_FD STATE NODE...
-    _hold(Path(sys.argv[2]), sys.argv[3:], int(sys.argv[1]))
+if __name__ == "__main__":  # the holder, started by _start: ANSWER_FD CHANNEL_FD STATE NODE...
+    _hold(Path(sys.argv[3]), sys.argv[4:], int(sys.argv[1]), int(sys.argv[2]))

@@ -130,9 +130,10 @@ def node_tmp_root() -> Path:
     return Path(base)
 
 
-def hosts_path() -> Path:
-    """The hosts file naming the virtual nodes for nss_wrapper (:mod:`.names`)."""
-    return state_dir() / "hosts"
+def hosts_path(state: Path | None = None) -> Path:
+    """The hosts file naming the virtual nodes for nss_wrapper (:mod:`.names`), as the login node
+    resolves them (in a task of the nodes' own network, their hosts file is mounted over it)."""
+    return (state or state_dir()) / "hosts"
 
 
 def write_private(path: Path, text: str) -> None:

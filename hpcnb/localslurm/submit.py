@@ -14,7 +14,7 @@ from . import db, dependencies, envvars, paths, transitions
 from .alloc import never_fits
 from .cluster import Cluster
 from .procs import current_rlimits
-from .names import resolver_env
+from .names import job_env
 from .request import JobRequest, SubmitError, UsageError
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
@@ -206,7 +206,7 @@ def base_request_fields(req: JobRequest, environ: dict[str, str], cluster: Clust
     req.env = export_env(req.export, environ)
     if req.command == "sbatch":
         req.env.update(_sbatch_variables(req))
-    req.env.update(resolver_env(cluster, req.env))
+    req.env = job_env(cluster, req.env)
     req.submit_dir = os.getcwd()
     req.workdir = os.path.abspath(req.chdir) if req.chdir else os.getcwd()
     req.submit_host = envvars.submit_host()
