@@ -21,6 +21,7 @@ import http.cookiejar
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -120,12 +121,27 @@ def slurm_env(tmp_path: Path) -> dict[str, str]:
         bin_dir = subprocess.run(["bash", str(ROOT / "ci" / "real-slurm.sh"), "bin", "22.05"], capture_output=True,
                                  text=True, timeout=30).stdout.strip()
         return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HPCNB_SLURM": "real"}
-    from hpcnb.backend import local_bin_dir
+    from hpcnb.backend import local_bin_dir, login_env
 
-    # a shared network: this test, as OnDemand's web server on the login node, connects to the job's
-    # server, and the local Slurm's login node does not reach nodes with a network of their own
-    return {**os.environ, "PATH": f"{local_bin_dir()}:{os.environ['PATH']}", "HPCNB_SLURM": "local",
-            "HPCNB_NODE_NETWORK": "shared"}
+    # this test is OnDemand's web server on the login node: the node names resolve as they do there
+    return login_env({**os.environ, "PATH": f"{local_bin_dir()}:{os.environ['PATH']}", "HPCNB_SLURM": "local"})
+
+
+def login_address(host: str, port: int, env: dict[str, str]) -> str:
+    """``host``'s address as the login node resolves it, once its ``port`` answers there (the local
+    Slurm's gateway takes up to a tenth of a second to see a new server on a node)."""
+    code = ("import socket, sys, time\n"
+            "address = socket.gethostbyname(sys.argv[1])\n"
+            "for _ in range(100):\n"
+            "    try:\n"
+            "        socket.create_connection((address, int(sys.argv[2])), timeout=10).close(); break\n"
+            "    except ConnectionRefusedError:\n"
+            "        time.sleep(0.1)\n"
+            "print(address)\n")
+    done = subprocess.run([sys.executable, "-c", code, host, str(port)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def wait_for_connection(session: Path, job: str, env: dict[str, str]) -> dict[str, str]:
@@ -164,10 +180,9 @@ def test_ondemand_app_starts_the_course_in_a_slurm_job(tmp_path: Path) -> None:
         prefix = f"/node/{conn['host']}/{conn['port']}"
         assert f'action="{prefix}/login"' in view and f'value="{conn["password"]}"' in view
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-        # OnDemand's web server reaches the node by its name; the local Slurm's nodes share this
-        # machine's network here, where the node names stand for 127.0.0.1 inside jobs only
-        address = conn["host"] if REAL else "127.0.0.1"
-        base = f"http://{address}:{conn['port']}{prefix}"
+        # OnDemand's web server reaches the node by its name
+        base = f"http://{login_address(conn['host'], int(conn['port']), env)}:{conn['port']}{prefix}"
+        print("OnDemand reaches the server at", base, file=sys.stderr)
         login = opener.open(urllib.request.Request(f"{base}/login", urllib.parse.urlencode(
             {"password": conn["password"]}).encode()), timeout=30)
         assert login.status == 200 and "/lab" in login.url, login.url  # logged in: redirected into JupyterLab

@@ -3,13 +3,13 @@
 On a real cluster the login node (a notebook's kernel, its shell) reaches a server on a compute
 node at the node's name, ``curl node2:8888``, unless the server listens on the node's loopback
 only. This machine's processes cannot route into the nodes' network (:mod:`.network`) without root,
-so the *gateway* stands in for the route. Every :data:`POLL_S` it reads which TCP ports each node
-listens on beyond its loopback (``/proc/PID/net/tcp`` of the process holding the node's network)
-and listens on the same port at the node's login-side address (``127.B.C.N``, a loopback address
-of this machine, in a block no other user's gateway holds: :func:`claim_block`); each connection is passed on to the node through
-a socket made inside the nodes' network by the fabric's holder, where it comes from the fabric's
-own address (:data:`.network.FABRIC_V4`). On the login node the node names resolve to those
-addresses through nss_wrapper (:func:`.names.login_env`: the course kernel preloads it).
+so the *gateway* stands in for the route. Every :data:`POLL_S` it asks which TCP ports each node
+listens on beyond its loopback (sock_diag in the node's network, as ``ss -tl`` asks) and listens on
+the same port at the node's login-side address (``127.B.C.N``, a loopback address of this machine,
+in a block no other user's gateway holds: :func:`claim_block`); each connection is passed on to the
+node through a socket made inside the nodes' network by the fabric's holder, so that it comes from
+the fabric's own address (:data:`.network.FABRIC_V4`). On the login node the node names resolve to
+those addresses through nss_wrapper (:func:`.names.login_env`: the course kernel preloads it).
 
 It runs as long as the fabric's holder, which started it: its end of the channel to the holder is
 closed then, or the holder's record names another.
@@ -20,6 +20,7 @@ import asyncio
 import ipaddress
 import json
 import socket
+import struct
 import sys
 from pathlib import Path
 
@@ -28,34 +29,40 @@ from . import network, paths
 POLL_S = 0.1
 CLAIM_PORT = 65535
 CONNECT_TIMEOUT_S = 10.0
-LISTEN = "0A"  # st in /proc/net/tcp: TCP_LISTEN
+TCP_LISTEN, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 10, 20, 1, 0x300, 2, 3
 
 
-def listening(pid: int) -> dict[int, int]:
-    """The TCP ports the network namespace of ``pid`` listens on beyond its loopback, each with the
-    address family to reach it by (IPv4 where a socket of either family would do)."""
+def listening(diag: socket.socket) -> dict[int, int]:
+    """The TCP ports a node listens on beyond its loopback, each with the address family to reach it
+    by (IPv4 where a socket of either family would do), asked of ``diag``: a sock_diag netlink socket
+    in the node's network (as ``ss -tl`` asks; reading ``/proc/PID/net/tcp`` walks every connection
+    slot of the machine, milliseconds each time)."""
     ports: dict[int, int] = {}
-    for name, family in (("tcp6", socket.AF_INET6), ("tcp", socket.AF_INET)):
-        try:
-            with open(f"/proc/{pid}/net/{name}") as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 3 and fields[3] == LISTEN:
-                address, _, port = fields[1].partition(":")
-                if not _loopback(address):
-                    ports[int(port, 16)] = family
+    for family in (socket.AF_INET6, socket.AF_INET):
+        request = struct.pack("=BBBBI48x", family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN)
+        diag.send(struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 0, 0)
+                  + request)
+        for reply in _replies(diag):  # struct inet_diag_msg: 4 bytes, then the socket's id
+            port = struct.unpack_from(">H", reply, 4)[0]
+            address = ipaddress.ip_address(reply[8:12] if family == socket.AF_INET else reply[8:24])
+            mapped = getattr(address, "ipv4_mapped", None)
+            if not (address.is_loopback or (mapped and mapped.is_loopback)):
+                ports[port] = family
     return ports
 
 
-def _loopback(hex_address: str) -> bool:
-    """Whether an address as /proc/net/tcp{,6} writes it (32-bit words, host order) is a loopback one."""
-    raw = b"".join(bytes.fromhex(hex_address[i:i + 8])[::-1] for i in range(0, len(hex_address), 8))
-    address = ipaddress.ip_address(raw)
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or bool(mapped and mapped.is_loopback)
+def _replies(diag: socket.socket):
+    """The payloads of a netlink dump's messages, until its end."""
+    while True:
+        data, offset = diag.recv(65536), 0
+        while offset + 16 <= len(data):
+            length, kind = struct.unpack_from("=IH", data, offset)
+            if kind == NLMSG_DONE:
+                return
+            if kind == NLMSG_ERROR:
+                raise OSError(-struct.unpack_from("=i", data, offset + 16)[0], "sock_diag")
+            yield data[offset + 16:offset + length]
+            offset += (length + 3) & ~3
 
 
 def claim_block(preferred: int) -> tuple[int, socket.socket]:
@@ -79,6 +86,7 @@ class Gateway:
     def __init__(self, state: Path, channel: socket.socket, record: dict, block: int) -> None:
         self.state, self.channel, self.record, self.block = state, channel, record, block
         self.servers: dict[tuple[int, int], asyncio.AbstractServer | _Unserved] = {}
+        self.diags: dict[int, socket.socket] = {}
 
     async def run(self) -> None:
         try:
@@ -96,8 +104,8 @@ class Gateway:
 
     async def _update(self) -> None:
         found = {}
-        for index, node in enumerate(self.record["names"]):
-            for port, family in listening(self.record["nodes"][node]).items():
+        for index in range(len(self.record["names"])):
+            for port, family in listening(self._diag(index)).items():
                 found[(index, port)] = family
         for key in self.servers.keys() - found.keys():
             self.servers.pop(key).close()
@@ -133,15 +141,26 @@ class Gateway:
         for end in (writer, node_writer):
             end.close()
 
+    def _diag(self, index: int) -> socket.socket:
+        """The sock_diag socket in the network of the node at ``index`` (asked for once)."""
+        if index not in self.diags:
+            self.diags[index] = self._ask(f"diag {index}")
+            self.diags[index].settimeout(CONNECT_TIMEOUT_S)
+        return self.diags[index]
+
     def _fabric_socket(self, family: int) -> socket.socket:
-        """A new TCP socket inside the nodes' network, made there by the fabric's holder."""
-        self.channel.sendall(b"6" if family == socket.AF_INET6 else b"4")
-        _, fds, _, _ = socket.recv_fds(self.channel, 1, 1)
-        if not fds:
-            raise OSError("the fabric's holder has gone")
-        made = socket.socket(fileno=fds[0])
+        """A new TCP socket inside the nodes' network."""
+        made = self._ask("tcp6" if family == socket.AF_INET6 else "tcp4")
         made.setblocking(False)
         return made
+
+    def _ask(self, what: str) -> socket.socket:
+        """A socket the fabric's holder makes where only it may (:class:`.network._SocketMaker`)."""
+        self.channel.send(what.encode())
+        _, fds, _, _ = socket.recv_fds(self.channel, 16, 1)
+        if not fds:
+            raise OSError(f"the fabric's holder made no {what} socket")
+        return socket.socket(fileno=fds[0])
 
 
 class _Unserved:

@@ -44,6 +44,7 @@ SETTING = "HPCNB_NODE_NETWORK"
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 47, 2
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+NETLINK_SOCK_DIAG = 4
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS, FAILED = "fabric.json", "fabric.lock", "fabric-hosts", "fabric-failed"
 GATEWAY_LOG = "gateway.log"
@@ -205,7 +206,7 @@ def _start(state: Path, nodes: list[str]) -> dict:
     """Start the holder, and once it has built the fabric, the gateway (the login node's way in)."""
     paths.write_private(state / HOSTS, hosts_text(nodes))
     read, write = os.pipe()
-    holder_end, gateway_end = socket.socketpair()
+    holder_end, gateway_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with gateway_end:
         try:
             _spawn([__name__, str(write), str(holder_end.fileno()), str(state), *nodes], (write, holder_end.fileno()))
@@ -282,9 +283,10 @@ def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> Non
     _answer(answer_fd, record)  # a starter that has gone meanwhile does not need it
     os.close(answer_fd)
     channel = socket.socket(fileno=channel_fd)
+    maker = _SocketMaker(libc, node_pids)
     alone_since = time.monotonic()
     while _names_me(path, me):
-        channel = _hand_out_sockets(channel, POLL_S)
+        channel = _hand_out_sockets(channel, POLL_S, maker)
         if _controller_runs(state):
             alone_since = time.monotonic()
         elif time.monotonic() - alone_since > ALONE_EXIT_S:  # no controller, so no job: not needed now
@@ -292,20 +294,62 @@ def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> Non
     os._exit(0)
 
 
-def _hand_out_sockets(channel: socket.socket | None, wait: float) -> socket.socket | None:
-    """For ``wait`` seconds, answer the gateway's asks ("4", "6") with a new TCP socket of that family
-    made here, in the fabric; None once the gateway has gone."""
+class _SocketMaker:
+    """The sockets the gateway asks the holder for, made where only the holder may make them: a TCP
+    socket in the fabric (``tcp4``, ``tcp6``), or a sock_diag netlink socket in the network of the
+    node at an index (``diag 1``: the gateway asks it which ports the node listens on)."""
+
+    def __init__(self, libc, node_pids: list[int]) -> None:
+        self.libc, self.node_pids = libc, node_pids
+        self.own = os.open("/proc/self/ns/net", os.O_RDONLY)
+
+    def make(self, request: bytes) -> socket.socket:
+        kind, _, index = request.decode(errors="replace").partition(" ")
+        if kind in ("tcp4", "tcp6"):
+            return socket.socket(socket.AF_INET6 if kind == "tcp6" else socket.AF_INET)
+        if kind != "diag" or not index.isdigit() or int(index) >= len(self.node_pids):
+            raise OSError(f"no such socket: {request!r}")
+        node = os.open(f"/proc/{self.node_pids[int(index)]}/ns/net", os.O_RDONLY)
+        try:
+            self._enter(node)
+            return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+        finally:
+            self._enter(self.own)
+            os.close(node)
+
+    def _enter(self, fd: int) -> None:
+        import ctypes
+
+        if self.libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+
+def _hand_out_sockets(channel: socket.socket | None, wait: float, maker: _SocketMaker) -> socket.socket | None:
+    """For ``wait`` seconds, answer the gateway's asks (one message each) with the socket asked for, or
+    with an empty message where it cannot be made; None once the gateway has gone."""
     end = time.monotonic() + wait
     while channel is not None and (left := end - time.monotonic()) > 0:
         if not select.select([channel], [], [], left)[0]:
             continue
-        asked = channel.recv(64)
-        if not asked:
+        request = channel.recv(64)
+        if not request:
             channel.close()
             return None
-        for kind in asked:
-            with socket.socket(socket.AF_INET6 if kind == ord("6") else socket.AF_INET) as made:
+        try:
+            made = maker.make(request)
+        except OSError:
+            made = None
+        try:
+            if made is None:
+                channel.send(b"-")
+            else:
                 socket.send_fds(channel, [b"k"], [made.fileno()])
+        except OSError:  # the gateway has gone
+            channel.close()
+            return None
+        finally:
+            if made is not None:
+                made.close()
     time.sleep(max(0.0, end - time.monotonic()))
     return channel
 
