@@ -177,8 +177,10 @@ class Slurm:
         return found
 
     def network_pids(self) -> set[int]:
-        """The processes of the nodes' own network (the default): daemons, as the controller."""
-        return {p.pid for p in self.processes() if "hpcnb.localslurm.network" in " ".join(_cmdline(p))}
+        """The processes of the nodes' own network (the default), its gateway included: daemons, as
+        the controller."""
+        daemons = ("hpcnb.localslurm.network", "hpcnb.localslurm.gateway")
+        return {p.pid for p in self.processes() if any(d in " ".join(_cmdline(p)) for d in daemons)}
 
     def job_processes(self, job_id: int) -> list[psutil.Process]:
         return [p for p in self.processes() if _env(p).get("SLURM_JOB_ID") == str(job_id)]

@@ -105,7 +105,13 @@ class Gateway:
     async def _update(self) -> None:
         found = {}
         for index in range(len(self.record["names"])):
-            for port, family in listening(self._diag(index)).items():
+            try:
+                ports = listening(self._diag(index))
+            except OSError as err:  # nothing changes this time; the next look asks with a new socket
+                _log(f"which ports {self.record['names'][index]} listens on: {err}")
+                self.diags.pop(index, None)
+                return
+            for port, family in ports.items():
                 found[(index, port)] = family
         for key in self.servers.keys() - found.keys():
             self.servers.pop(key).close()
