@@ -212,7 +212,10 @@ def login_env(env: dict[str, str] | None = None) -> dict[str, str]:
     if choose_slurm().slurm == "local":
         from hpcnb.localslurm.names import login_env as local_names
 
-        env.update(local_names(env))
+        try:
+            env.update(local_names(env))
+        except Exception as err:  # noqa: BLE001 - a kernel must start all the same (a damaged state file)
+            print(f"hpcnb: the local Slurm's node names will not resolve here: {err}", file=sys.stderr)
     return env
 
 

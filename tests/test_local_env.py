@@ -188,3 +188,16 @@ def test_no_resolver_where_the_nodes_have_networks_of_their_own(tmp_path, monkey
     login = {"LD_PRELOAD": "/usr/lib/libnss_wrapper.so:/x.so", "NSS_WRAPPER_HOSTS": str(tmp_path / "hosts"), "A": "1"}
     assert names.job_env(cluster, login) == {"LD_PRELOAD": "/x.so", "A": "1"}
     assert names.job_env(cluster, {**login, "LD_PRELOAD": "/usr/lib/libnss_wrapper.so"}) == {"A": "1"}
+
+
+def test_a_damaged_state_file_does_not_stop_the_course_kernel(tmp_path, monkeypatch, capsys) -> None:
+    """The kernel's environment (``hpcnb.backend.login_env``) without the node names' resolver, and
+    a line saying why: the kernel starts all the same."""
+    from hpcnb.backend import login_env
+
+    (tmp_path / "slurm.db").write_text("garbage")
+    monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("HPCNB_SLURM", "local")
+    env = login_env({"PATH": "/usr/bin"})
+    assert "NSS_WRAPPER_HOSTS" not in env and env["PATH"].endswith("/usr/bin")
+    assert "node names will not resolve here" in capsys.readouterr().err

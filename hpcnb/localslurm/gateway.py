@@ -136,11 +136,14 @@ class Gateway:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, family: int,
                      target: tuple[str, int]) -> None:
+        inside = None
         try:
             inside = self._fabric_socket(family)
             await asyncio.wait_for(asyncio.get_running_loop().sock_connect(inside, target), CONNECT_TIMEOUT_S)
             node_reader, node_writer = await asyncio.open_connection(sock=inside)
         except (OSError, asyncio.TimeoutError):
+            if inside is not None:
+                inside.close()
             writer.close()  # refused on the node, as a client of a real one is
             return
         await asyncio.gather(_pump(reader, node_writer), _pump(node_reader, writer))

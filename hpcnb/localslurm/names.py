@@ -90,7 +90,7 @@ def _preload(found: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     return {"LD_PRELOAD": preload, "NSS_WRAPPER_HOSTS": hosts}
 
 
-def _has_text(path, text: str) -> bool:
+def _has_text(path: Path, text: str) -> bool:
     try:
         return path.read_text() == text
     except OSError:

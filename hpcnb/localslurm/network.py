@@ -47,7 +47,7 @@ CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 NETLINK_SOCK_DIAG = 4
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS, FAILED = "fabric.json", "fabric.lock", "fabric-hosts", "fabric-failed"
-GATEWAY_LOG = "gateway.log"
+LOG = "network.log"  # what the holder and the gateway say (a failure to start, a port not served)
 FABRIC_V4, FABRIC_V6 = "10.77.255.254", "fd77::fffe"  # the bridge's own: the login node's connections
 POLL_S = 2.0
 ALONE_EXIT_S = 60.0  # the holder leaves after this long without a controller (one starts it again)
@@ -209,7 +209,8 @@ def _start(state: Path, nodes: list[str]) -> dict:
     holder_end, gateway_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with gateway_end:
         try:
-            _spawn([__name__, str(write), str(holder_end.fileno()), str(state), *nodes], (write, holder_end.fileno()))
+            _spawn([__name__, str(write), str(holder_end.fileno()), str(state), *nodes], (write, holder_end.fileno()),
+                   log=state / LOG)
         finally:
             os.close(write)
             holder_end.close()
@@ -222,13 +223,13 @@ def _start(state: Path, nodes: list[str]) -> dict:
         if "error" in record:
             raise OSError(f"the nodes' network did not start: {record['error']}")
         _spawn(["hpcnb.localslurm.gateway", str(gateway_end.fileno()), str(state)], (gateway_end.fileno(),),
-               log=state / GATEWAY_LOG)
+               log=state / LOG)
     return record
 
 
-def _spawn(args: list[str], keep: tuple[int, ...], log: Path | None = None) -> None:
+def _spawn(args: list[str], keep: tuple[int, ...], log: Path) -> None:
     """``python -m ARGS`` as a daemon (a session of its own, not the caller's child) that holds the
-    file descriptors ``keep``, its output appended to ``log`` (or dropped)."""
+    file descriptors ``keep``, its output appended to ``log``."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -237,7 +238,7 @@ def _spawn(args: list[str], keep: tuple[int, ...], log: Path | None = None) -> N
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
-            out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             for fd in (1, 2):
                 os.dup2(out, fd)
