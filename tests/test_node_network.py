@@ -173,7 +173,8 @@ def test_the_login_node_reaches_a_jobs_server_by_its_nodes_name(own_network, wor
     at the same port; a server on node1's loopback is not reached (lesson 5's point)."""
     login = _login_env(own_network)
     assert "libnss_wrapper" in login.get("LD_PRELOAD", ""), login
-    port, loopback = 20000 + os.getpid() % 10000, 30000 + os.getpid() % 10000
+    port = 20000 + os.getpid() % 10000  # and port + 1: below the ephemeral ports (32768-)
+    loopback = port + 1
     (workdir / "server.py").write_text(NODE_SERVER)
     (workdir / "job.sh").write_text(f"#!/bin/bash\nsrun python3 server.py {port} lo:{loopback}\n")
     job = run(["sbatch", "--parsable", "-N2", "-n2", "-t", "5", "-o", "out.txt", "job.sh"], cwd=workdir,

@@ -84,7 +84,7 @@ def test_nodes_tmp_of_each_job(sides, folder: str) -> None:
 NETWORK = r"""import os, socket, sys, time
 node = os.environ["SLURMD_NODENAME"]
 other = "node2" if node == "node1" else "node1"
-port = 30000 + int(os.environ["SLURM_JOB_ID"]) % 10000
+port = 20000 + int(os.environ["SLURM_JOB_ID"]) % 10000  # below the ephemeral ports (32768-): srun's own
 servers = [socket.create_server(("0.0.0.0", port))]
 if node == "node1":
     servers.append(socket.create_server(("127.0.0.1", port + 1)))
