@@ -48,7 +48,8 @@ def job_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     env = dict(env)
     if env.get("NSS_WRAPPER_HOSTS") == str(paths.hosts_path()):
         del env["NSS_WRAPPER_HOSTS"]
-        kept = [lib for lib in env.get("LD_PRELOAD", "").split(":") if lib and lib != nss_wrapper_library()]
+        library = nss_wrapper_library()
+        kept = [lib for lib in env.get("LD_PRELOAD", "").split(":") if lib and lib != library]
         env.pop("LD_PRELOAD", None)
         if kept:
             env["LD_PRELOAD"] = ":".join(kept)
