@@ -130,23 +130,53 @@ def test_rounded_linear_gradients_match_rounded_math() -> None:
 
 # --------------------------------------------------------------------------- switches and cases
 
-def test_switches_show_live_values_and_the_context_manager_restores_them() -> None:
-    rows = {r["switch"]: r for r in pr.switches()}
-    mm = rows["torch.backends.cuda.matmul.allow_tf32"]
-    assert mm["default since 1.12"] is False
-    assert rows["torch.backends.cudnn.allow_tf32"]["default since 1.12"] is True
-    assert rows["torch.get_float32_matmul_precision()"]["default since 1.12"] == "highest"
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-              torch.get_float32_matmul_precision())
-    with pr.tf32(True):
-        live = {r["switch"]: r["value here"] for r in pr.switches()}
-        assert live["torch.backends.cuda.matmul.allow_tf32"] is True
-        assert live["torch.get_float32_matmul_precision()"] == "high"
-    with pr.tf32(False):
-        live = {r["switch"]: r["value here"] for r in pr.switches()}
-        assert live["torch.backends.cudnn.allow_tf32"] is False
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-            torch.get_float32_matmul_precision()) == before
+def test_switches_show_the_fp32_precision_api_first_with_live_values() -> None:
+    rows = [r["switch"] for r in pr.switches()]
+    assert pr.has_fp32_precision()  # the course's torch (2.13) has it: the lesson teaches it first
+    assert rows[:3] == ["torch.backends.fp32_precision", "torch.backends.cuda.matmul.fp32_precision",
+                        "torch.backends.cudnn.conv.fp32_precision"]
+    assert "torch.backends.cuda.matmul.allow_tf32" in rows[3:]
+    by = {r["switch"]: r for r in pr.switches()}
+    assert by["torch.backends.cuda.matmul.fp32_precision"]["default"] == "none"
+    assert by["torch.backends.cudnn.conv.fp32_precision"]["default"] == "tf32"
+
+
+def _in_a_fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter (torch's TF32 settings are process-wide) and return its stdout."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_tf32_sets_and_restores_through_the_new_api_without_reading_an_old_flag() -> None:
+    """After a program (Lightning, a library) used the new API, reading an old flag raises on
+    torch 2.9+: the course's helpers must still work there (issue 39)."""
+    out = _in_a_fresh_python(
+        "import torch\n"
+        "from hpcnb.lessons import precision as pr\n"
+        "torch.backends.cuda.matmul.fp32_precision = 'ieee'\n"   # the new API, set first
+        "before = pr.tf32_state()\n"
+        "with pr.tf32(True):\n"
+        "    inside = pr.tf32_state()\n"
+        "with pr.tf32(False):\n"
+        "    off = pr.tf32_state()\n"
+        "rows = {r['switch']: r['value here'] for r in pr.switches()}\n"
+        "restore = pr.set_tf32(True); restore()\n"
+        "print(before, inside, off, pr.tf32_state() == before, rows['torch.backends.cuda.matmul.fp32_precision'])\n")
+    assert out == ("{'matmul': 'ieee', 'conv': 'tf32'} {'matmul': 'tf32', 'conv': 'tf32'} "
+                   "{'matmul': 'ieee', 'conv': 'ieee'} True ieee")
+
+
+def test_switches_say_an_old_flag_is_unreadable_after_the_new_api_instead_of_failing() -> None:
+    out = _in_a_fresh_python(
+        "import torch\n"
+        "from hpcnb.lessons import precision as pr\n"
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+        "print({r['switch']: r['value here'] for r in pr.switches()}['torch.backends.cuda.matmul.allow_tf32'])\n")
+    assert out.startswith("unreadable: ")
 
 
 def test_gpu_path_is_selected_only_when_cuda_is_available(monkeypatch: pytest.MonkeyPatch) -> None:

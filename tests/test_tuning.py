@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcnb.lessons import precision
 from hpcnb.lessons import tuning as tu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,7 +433,7 @@ def test_on_a_gpu_the_batches_are_made_there_and_tf32_follows_the_config() -> No
     assert [r["setting"] for r in rows] == ["current", "tf32=True", "channels_last=True"]
     assert all(r["status"] == "ok" for r in rows)
     tu._Trainer(tu.Config(tf32=False), "cuda")
-    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert precision.tf32_state() in ({'matmul': 'ieee', 'conv': 'ieee'}, {'matmul': False, 'conv': False})
     name, _ = tu.bottleneck(tu.profile_split(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda"))
     assert name in ("data loading", "the device", "no conclusion")
 

@@ -24,12 +24,12 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = [
-    "FORMATS", "formats", "mode", "gpu_info", "switches", "tf32", "round_mantissa", "to_tf32",
-    "to_bf16", "bit_string", "emulated_matmul", "emulated_matmul_errors", "emulated_training",
+    "FORMATS", "formats", "mode", "gpu_info", "has_fp32_precision", "switches", "tf32_state", "set_tf32",
+    "tf32", "round_mantissa", "to_tf32", "to_bf16", "bit_string", "emulated_matmul", "emulated_matmul_errors", "emulated_training",
     "gpu_matmul_benchmark", "report",
 ]
 
@@ -81,16 +81,16 @@ def gpu_info() -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------- the switches
 
-_DEFAULTS = {  # PyTorch >= 1.12
-    "torch.backends.cuda.matmul.allow_tf32": (False, "TF32 in float32 matmuls (cuBLAS)"),
-    "torch.backends.cudnn.allow_tf32": (True, "TF32 in cuDNN convolutions"),
-    "torch.get_float32_matmul_precision()": ("highest", "the same matmul switch as a level: "
-                                              "'highest' = fp32, 'high' = TF32 allowed, 'medium' = bf16 allowed"),
+_NEW_API = {  # PyTorch >= 2.9, the documented API: per-backend fp32_precision ('ieee', 'tf32', 'none' = inherit)
+    "torch.backends.fp32_precision": ("none", "the global level the others inherit"),
+    "torch.backends.cuda.matmul.fp32_precision": ("none", "TF32 in float32 matmuls (cuBLAS): 'tf32' allows it"),
+    "torch.backends.cudnn.conv.fp32_precision": ("tf32", "TF32 in cuDNN convolutions"),
 }
-_NEW_API = {  # PyTorch >= 2.9: per-backend fp32_precision ('ieee', 'tf32', or 'none' = inherit)
-    "torch.backends.fp32_precision": "the global level the others inherit",
-    "torch.backends.cuda.matmul.fp32_precision": "cuBLAS matmuls (newer API)",
-    "torch.backends.cudnn.conv.fp32_precision": "cuDNN convolutions (newer API)",
+_LEGACY = {  # PyTorch 1.12 to 2.8, and the seeds' guides; PyTorch 2.9+ warns they will be deprecated
+    "torch.backends.cuda.matmul.allow_tf32": (False, "TF32 in float32 matmuls (cuBLAS), older API"),
+    "torch.backends.cudnn.allow_tf32": (True, "TF32 in cuDNN convolutions, older API"),
+    "torch.get_float32_matmul_precision()": ("highest", "the matmul switch as a level, older API: "
+                                              "'highest' = fp32, 'high' = TF32 allowed, 'medium' = bf16 allowed"),
 }
 
 
@@ -105,52 +105,81 @@ def _read(expr: str) -> Any:
     return obj
 
 
-def switches() -> list[dict[str, Any]]:
-    """The TF32 switches with their **live** values here and their defaults since PyTorch 1.12.
+def has_fp32_precision() -> bool:
+    """Whether this PyTorch has the ``fp32_precision`` API (2.9+), the one to use where it exists."""
+    import torch
 
-    The newer ``fp32_precision`` settings (PyTorch 2.9+) are listed when this PyTorch has them.
-    A value that cannot be read is shown as the error (PyTorch 2.9+ refuses to read the old
-    switches after the new API was used to set them).
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def switches() -> list[dict[str, Any]]:
+    """The TF32 switches with their **live** values here and PyTorch's defaults.
+
+    The ``fp32_precision`` settings (PyTorch 2.9+) come first when this PyTorch has them; the
+    older ``allow_tf32`` flags follow. A value that cannot be read is shown as the reason:
+    PyTorch 2.9+ refuses to read an old flag once the new API has set that backend.
     """
     rows = []
-    for expr, (default, what) in _DEFAULTS.items():
-        try:
-            value = _read(expr)
-        except Exception as exc:  # noqa: BLE001 - show the reason instead of failing
-            value = f"unreadable: {str(exc).split(',')[0]}"
-        rows.append({"switch": expr, "value here": value, "default since 1.12": default,
-                     "is default": value == default, "controls": what})
-    for expr, what in _NEW_API.items():
-        try:
-            value = _read(expr)
-        except AttributeError:
-            continue
-        except Exception as exc:  # noqa: BLE001
-            value = f"unreadable: {exc}"
-        rows.append({"switch": expr, "value here": value, "default since 1.12": None,
-                     "is default": None, "controls": what})
+    tables = (_NEW_API, _LEGACY) if has_fp32_precision() else (_LEGACY,)
+    for table in tables:
+        for expr, (default, what) in table.items():
+            try:
+                value = _read(expr)
+            except Exception as exc:  # noqa: BLE001 - show the reason instead of failing
+                value = f"unreadable: {str(exc).split(',')[0]}"
+            rows.append({"switch": expr, "value here": value, "default": default,
+                         "is default": value == default, "controls": what})
     return rows
+
+
+def tf32_state() -> dict[str, Any]:
+    """The matmul and convolution TF32 settings, read through the API this PyTorch documents
+    (never an old flag after the new API was used: PyTorch 2.9+ raises on that)."""
+    import torch
+
+    if has_fp32_precision():
+        return {"matmul": torch.backends.cuda.matmul.fp32_precision,
+                "conv": torch.backends.cudnn.conv.fp32_precision}
+    return {"matmul": torch.backends.cuda.matmul.allow_tf32, "conv": torch.backends.cudnn.allow_tf32}
+
+
+def set_tf32(enabled: bool) -> Callable[[], None]:
+    """Allow (or forbid) TF32 for matmuls and cuDNN convolutions, process-wide; returns what
+    puts the previous settings back. PyTorch 2.9+: ``fp32_precision = "tf32"`` / ``"ieee"`` per
+    backend; older: the ``allow_tf32`` flags."""
+    import torch
+
+    if has_fp32_precision():
+        backends = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+        saved = [b.fp32_precision for b in backends]
+        for backend in backends:
+            backend.fp32_precision = "tf32" if enabled else "ieee"
+
+        def restore_new() -> None:
+            for backend, value in zip(backends, saved):
+                backend.fp32_precision = value
+
+        return restore_new
+    saved_level, saved_cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+
+    def restore() -> None:
+        torch.set_float32_matmul_precision(saved_level)
+        torch.backends.cudnn.allow_tf32 = saved_cudnn
+
+    return restore
 
 
 @contextlib.contextmanager
 def tf32(enabled: bool = True) -> Iterator[None]:
-    """Allow (or forbid) TF32 for matmuls *and* cuDNN convolutions inside a ``with`` block.
-
-    Uses the switches the cluster guides name (``torch.backends.cuda.matmul.allow_tf32``,
-    ``torch.backends.cudnn.allow_tf32``) and restores the previous values afterwards. On a
-    CPU the switches change nothing: CPUs have no TF32 unit.
-    """
-    import torch
-
-    saved_level = torch.get_float32_matmul_precision()
-    saved_cudnn = torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
+    """Allow (or forbid) TF32 for matmuls *and* cuDNN convolutions inside a ``with`` block, then
+    restore the previous settings (:func:`set_tf32`). On a CPU the settings change nothing: CPUs
+    have no TF32 unit."""
+    restore = set_tf32(enabled)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(saved_level)
-        torch.backends.cudnn.allow_tf32 = saved_cudnn
+        restore()
 
 
 # --------------------------------------------------------------------------- emulation by rounding

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from . import markdown
+from .precision import set_tf32
 
 __all__ = [
     "COLUMNS", "Config", "SyntheticImages", "device", "cpus_for_job", "dataloader_workers",
@@ -367,7 +368,7 @@ class _Trainer:
         if cfg.tf32 and dev != "cuda":
             raise ValueError("TF32 is a format of NVIDIA GPUs' tensor cores; a CPU has no TF32")
         if dev == "cuda":  # process-wide switches: every trainer sets them for its configuration
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = cfg.tf32
+            set_tf32(cfg.tf32)
         torch.manual_seed(seed)
         self.dev, self.cfg = dev, cfg
         self.layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
