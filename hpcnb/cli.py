@@ -131,6 +131,8 @@ def _on_local_state(prog: str, action: Callable[[], int]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
     except sqlite3.Error as err:
         print(f"{prog}: error: {db.state_error(err)}", file=sys.stderr)
+    except BrokenPipeError:  # the reader left (| head -1): main ends as the shell's tools do
+        raise
     except OSError as err:  # an unreadable or refused state directory: one line, never a traceback
         where = f" ({err.filename})" if err.filename else ""
         print(f"{prog}: error: {err.strerror or err}{where}", file=sys.stderr)
@@ -294,10 +296,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         check_settings()
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # here, not at exit: a reader that left is a broken pipe caught below
+        return code
     except SettingError as err:  # a bad HPCNB_* value: one line, as a usage error
         print(f"hpcnb: error: {err}", file=sys.stderr)
         return USAGE
+    except BrokenPipeError:  # `hpcnb slurm status | head -1`: killed by SIGPIPE without a word
+        from hpcnb.localslurm.commands import end_on_broken_pipe
+
+        return end_on_broken_pipe()
 
 
 if __name__ == "__main__":

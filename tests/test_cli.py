@@ -331,3 +331,12 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, setting: str, says
         assert done.returncode == 2, (command, done.stderr)
         assert done.stderr.startswith(says.format(file=file)) and done.stderr.count("\n") == 1, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``hpcnb slurm status | head -1`` ends as the shell's tools do: killed by SIGPIPE, no word."""
+    env = {**os.environ, "HPCNB_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run(["bash", "-c", f"'{sys.executable}' -m hpcnb.cli slurm status | true; "
+                                         'echo "exit ${PIPESTATUS[0]}"'],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.stderr == "" and done.stdout == "exit 141\n", (done.stdout, done.stderr)

@@ -49,7 +49,7 @@ def run(name: str, argv: list[str], entry: Callable[[list[str]], int] | None = N
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return _broken_pipe()
+        return end_on_broken_pipe()
     except OSError as err:  # a full or read-only disk, say: one clear line, never a traceback
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"{name}: error: {err.strerror or err}{where}", file=sys.stderr)
@@ -71,11 +71,11 @@ def run_and_exit(name: str, argv: list[str], entry: Callable[[list[str]], int] |
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
-        _broken_pipe()
+        end_on_broken_pipe()
     os._exit(code if isinstance(code, int) else 1)
 
 
-def _broken_pipe() -> int:
+def end_on_broken_pipe() -> int:
     """The reader of our output left (``scontrol show hostnames | head -n 1``): end as Slurm's C
     commands do, killed by SIGPIPE without a word (141 in a shell), not with Python's complaint."""
     import signal
