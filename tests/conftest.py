@@ -91,3 +91,28 @@ def lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     assert done.returncode == 0, done.stderr
     yield lane
     lane.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], timeout=60)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's TerminalReporter
+    """After ``make test-mutants``: how many planted wrong answers each graded cell caught."""
+    import re
+    from collections import Counter
+
+    ran = [(outcome, found) for outcome in ("passed", "failed")
+           for report in terminalreporter.stats.get(outcome, []) if getattr(report, "when", "") == "call"
+           if (found := re.search(r"::test_mutant\[((\w+)-(ex\d+)-.*)\]$", getattr(report, "nodeid", "")))]
+    if not ran:
+        return
+    from mutants import MUTANTS
+
+    right_answers = {m.id for m in MUTANTS if m.passes}
+    tally = {"passed": Counter[str](), "failed": Counter[str]()}
+    for outcome, found in ran:
+        if found[1] not in right_answers:
+            tally[outcome][f"{found[2]} {found[3]}"] += 1
+    caught, missed = tally["passed"], tally["failed"]
+    terminalreporter.write_sep("-", "wrong answers caught per graded cell (tests/mutants.py)")
+    for cell in sorted(set(caught) | set(missed)):
+        note = f", {missed[cell]} not caught" if missed[cell] else ""
+        terminalreporter.write_line(f"{cell:>10}: {caught[cell]:3d} caught{note}")
+    terminalreporter.write_line(f"{'in all':>10}: {sum(caught.values()):3d} caught, {sum(missed.values())} not")
