@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,8 @@ CODES: dict[str, tuple[str, str]] = {
     "SL204": (ERROR, "placeholder left in a command"),
     "SL205": (ERROR, "formatting pasted from a web page"),
     "SL206": (ERROR, "rendezvous at localhost in a multi-node job"),
+    "SL207": (ERROR, "a Container Engine job on several nodes without the NCCL network hook"),
+    "SL208": (WARNING, "a uenv job on several nodes that does not make NCCL use the network"),
     "SL301": (ERROR, "partition unknown at this site"),
     "SL302": (ERROR, "time limit above the partition's maximum"),
     "SL303": (ERROR, "more GPUs per node than the site's nodes have"),
@@ -583,6 +586,106 @@ def _check_local_rendezvous(parsed: ParsedScript, logical: list[tuple[int, str]]
             for lineno, line in logical for m in _LOCAL_RENDEZVOUS.finditer(line)]
 
 
+# ------------------------------------------------ CSCS Alps: NCCL over Slingshot
+
+_NCCL_HOOK = '[annotations] com.hooks.aws_ofi_nccl.enabled = "true" and com.hooks.aws_ofi_nccl.variant = "cuda-dl"'
+
+
+def _step_nodes(args: list[str], job_nodes: int) -> int:
+    """The fewest nodes an srun step runs on: its own -N/--nodes, else the job's."""
+    for i, word in enumerate(args):
+        value = None
+        if word in ("-N", "--nodes") and i + 1 < len(args):
+            value = args[i + 1]
+        elif word.startswith("--nodes=") or (word.startswith("-N") and len(word) > 2):
+            value = word.removeprefix("--nodes=").removeprefix("-N")
+        if value is not None:
+            return _int(value) or job_nodes
+    return job_nodes
+
+
+def _option_value(args: list[str], long: str) -> str | None:
+    """The value of srun's ``--long=VALUE`` or ``--long VALUE``, None if absent."""
+    for i, word in enumerate(args):
+        if word.startswith(f"--{long}="):
+            return word.split("=", 1)[1]
+        if word == f"--{long}" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _edf_file(name: str, workdir: Path | None) -> Path | None:
+    """Where the Container Engine finds ``--environment=NAME``: a path (absolute, relative, or ending
+    in .toml) as given, from the folder the job starts in; a bare name as NAME.toml in $EDF_PATH's
+    folders, then in ~/.edf (CSCS docs, container-engine/run.md). None if not found."""
+    if "/" in name or name.endswith(".toml"):
+        path = Path(os.path.expandvars(os.path.expanduser(name)))
+        if not path.is_absolute():
+            path = workdir / path if workdir is not None else path
+        return path if path.is_file() else None
+    folders = [*os.environ.get("EDF_PATH", "").split(":"), str(Path.home() / ".edf")]
+    return next((Path(f) / f"{name}.toml" for f in folders if f and (Path(f) / f"{name}.toml").is_file()), None)
+
+
+def _nccl_hook_enabled(edf: Path) -> bool | None:
+    """Whether an environment definition file enables the AWS OFI NCCL hook; None if unreadable."""
+    try:
+        annotations = tomllib.loads(edf.read_text(encoding="utf-8")).get("annotations", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    value: Any = annotations.get("com.hooks.aws_ofi_nccl.enabled")  # a quoted key stays flat
+    if value is None:  # dotted keys nest: com -> hooks -> aws_ofi_nccl -> enabled
+        value = annotations
+        for key in ("com", "hooks", "aws_ofi_nccl", "enabled"):
+            value = value.get(key) if isinstance(value, dict) else None
+    return str(value).lower() == "true"
+
+
+def _sl207(lineno: int, name: str, nodes: int, workdir: Path | None) -> Finding | None:
+    edf = _edf_file(name, workdir)
+    enabled = _nccl_hook_enabled(edf) if edf is not None else None
+    if enabled:
+        return None
+    if enabled is None:
+        return _f(lineno, "SL207", f"--environment={name} on {nodes} nodes: its environment file cannot be read "
+                  "here, so whether it enables the AWS OFI NCCL hook is not known (without it NCCL between "
+                  "nodes falls back to TCP sockets, or fails)",
+                  f"check that the file has {_NCCL_HOOK}", severity=WARNING)
+    return _f(lineno, "SL207", f"--environment={name} on {nodes} nodes without the AWS OFI NCCL hook: "
+              "NCCL between the nodes falls back to TCP sockets instead of the Slingshot network, or fails",
+              f"add {_NCCL_HOOK} to {edf.name}")
+
+
+def _check_alps_network(parsed: ParsedScript, text: str, workdir: Path | None) -> list[Finding]:
+    """SL207/SL208: on Alps, NCCL reaches the other nodes over Slingshot only through the AWS OFI
+    NCCL plugin: a Container Engine environment enables it with the hook's annotations (which also
+    set NCCL's variables); under a uenv the job sets ``NCCL_NET="AWS Libfabric"`` itself, so that
+    NCCL fails instead of falling back to TCP (CSCS docs, software/communication/nccl.md)."""
+    nodes = _last(parsed, "nodes")
+    job_nodes = (_int(nodes.value.split("-")[0]) if nodes and nodes.value else None) or 1
+    nccl_net_set = re.search(r"\bNCCL_NET=", text) is not None
+    out: list[Finding] = []
+    for lineno, line in _logical_lines(parsed.body_lines, text):
+        for cmd in _commands(_words(line)):
+            prog = _program(cmd)
+            if prog is None or prog[0] != "srun":
+                continue
+            step_nodes = _step_nodes(prog[1], job_nodes)
+            environment, uenv = _option_value(prog[1], "environment"), _option_value(prog[1], "uenv")
+            if step_nodes < 2:
+                continue
+            if environment:
+                finding = _sl207(lineno, environment, step_nodes, workdir)
+                out += [finding] if finding else []
+            elif uenv and not nccl_net_set:
+                out.append(_f(lineno, "SL208", f"--uenv={uenv} on {step_nodes} nodes without NCCL_NET: a uenv sets "
+                              "none of NCCL's variables, and NCCL falls back to TCP sockets without a word "
+                              "(if the job uses NCCL)",
+                              'export NCCL_NET="AWS Libfabric" (and the other variables of CSCS\'s NCCL page) '
+                              "before srun"))
+    return out
+
+
 # ------------------------------------------------------------ site profile
 
 _HOME = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+)(?=/|\s|$|[\"'])"
@@ -754,6 +857,7 @@ def lint_text(text: str, profile: Profile | str | None = None, workdir: str | Pa
     found += _check_placement(parsed) + _check_placeholders(parsed) + _check_log_names(parsed)
     if workdir is not None:
         found += _check_log_folders(parsed, Path(workdir))
+    found += _check_alps_network(parsed, text, Path(workdir) if workdir is not None else None)
     time_findings, limit, timed = _check_time(parsed)
     found += time_findings + _check_body(parsed, text, prof) + _check_copied_text(parsed, text)
     if prof is not None:

@@ -319,6 +319,45 @@ def test_rendezvous_at_localhost_on_several_nodes(line):
     assert "SL206" not in [f.code for f in named]
 
 
+ALPS_JOB = ("#!/bin/bash\n#SBATCH --account=g123\n#SBATCH --nodes={nodes}\n#SBATCH --time=00:30:00\n"
+            "srun --environment={edf} python train.py\n")
+HOOK = '[annotations]\ncom.hooks.aws_ofi_nccl.enabled = "true"\ncom.hooks.aws_ofi_nccl.variant = "cuda-dl"\n'
+
+
+@pytest.mark.parametrize("edf_text, codes", [
+    ('image = "nvcr.io#nvidia/pytorch:25.11-py3"\n', ["SL207"]),                   # no hook: TCP between nodes
+    ('image = "nvcr.io#nvidia/pytorch:25.11-py3"\n' + HOOK, []),
+    ('image = "x"\n[annotations]\n"com.hooks.aws_ofi_nccl.enabled" = "true"\n', []),  # a quoted key
+    ('image = "x"\n[annotations]\ncom.hooks.aws_ofi_nccl.enabled = "false"\n', ["SL207"]),
+])
+def test_an_alps_container_job_on_several_nodes_needs_the_nccl_hook(tmp_path: Path, edf_text: str, codes) -> None:
+    (tmp_path / "pytorch.toml").write_text(edf_text)
+    for edf in ("./pytorch.toml", str(tmp_path / "pytorch.toml")):
+        found = lint_text(ALPS_JOB.format(nodes=2, edf=edf), "cscs-alps", tmp_path)
+        assert [f.code for f in found] == codes, found
+        assert all(f.severity == "error" and "Slingshot" in f.message for f in found)
+    assert lint_text(ALPS_JOB.format(nodes=1, edf="./pytorch.toml"), "cscs-alps", tmp_path) == []
+
+
+def test_an_alps_environment_by_name_is_read_from_edf_path_or_said_unknown(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EDF_PATH", str(tmp_path / "edfs"))
+    (tmp_path / "edfs").mkdir()
+    (found,) = lint_text(ALPS_JOB.format(nodes=2, edf="pytorch"), "cscs-alps", tmp_path)
+    assert (found.code, found.severity) == ("SL207", "warning") and "cannot be read" in found.message
+    (tmp_path / "edfs" / "pytorch.toml").write_text('image = "x"\n' + HOOK)
+    assert lint_text(ALPS_JOB.format(nodes=2, edf="pytorch"), "cscs-alps", tmp_path) == []
+
+
+def test_an_alps_uenv_job_on_several_nodes_sets_nccl_net() -> None:
+    script = ALPS_JOB.format(nodes=2, edf="x").replace("--environment=x", "--uenv=prgenv-gnu/24.11:v1 --view=default")
+    assert [f.code for f in lint_text(script, "cscs-alps")] == ["SL208"]
+    fixed = script.replace("srun", 'export NCCL_NET="AWS Libfabric"\nsrun')
+    assert lint_text(fixed, "cscs-alps") == []
+    assert lint_text(script.replace("srun", "srun -N 1"), "cscs-alps") == []
+
+
 # ------------------------------------------------------------------ site profile
 
 
