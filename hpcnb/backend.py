@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,9 +123,19 @@ class SettingError(ValueError):
 SLURM_CHOICES = ("local", "real", "auto")
 
 
+def reservation() -> str | None:
+    """The course's reservation on the cluster (``HPCNB_RESERVATION``), None if unset; a
+    :class:`SettingError` if the value cannot be a reservation's name."""
+    name = os.environ.get("HPCNB_RESERVATION", "").strip()
+    if name and not re.fullmatch(r"[\w.-]+", name):
+        raise SettingError(f"HPCNB_RESERVATION={name!r} is not a reservation name (letters, digits, '_', '-', "
+                           "'.'), as `scontrol show reservation` lists it")
+    return name or None
+
+
 def check_settings() -> None:
-    """Raise :class:`SettingError` for the first unusable ``HPCNB_SLURM``, ``HPCNB_PROFILE`` or
-    ``HPCNB_STATE_DIR``, before anything starts (commands then say it in one line and exit 2)."""
+    """Raise :class:`SettingError` for the first unusable ``HPCNB_SLURM``, ``HPCNB_PROFILE``,
+    ``HPCNB_RESERVATION`` or ``HPCNB_STATE_DIR``, before anything starts (commands then say it in one line and exit 2)."""
     choice = os.environ.get("HPCNB_SLURM", "auto").strip().lower()
     if choice not in (*SLURM_CHOICES, ""):
         raise SettingError(f"HPCNB_SLURM={choice!r} is not valid: use {', '.join(SLURM_CHOICES[:-1])} "
@@ -136,6 +147,7 @@ def check_settings() -> None:
             load_profile()
         except ProfileError as err:
             raise SettingError(f"HPCNB_PROFILE={os.environ['HPCNB_PROFILE']!r}: {err}") from None
+    reservation()
     state = os.environ.get("HPCNB_STATE_DIR")
     if state and os.path.exists(state) and not os.path.isdir(state):
         raise SettingError(f"HPCNB_STATE_DIR={state!r} is not a folder: name a folder (it is made if missing)")

@@ -320,6 +320,7 @@ def test_lint_exit_codes(tmp_path):
     ("HPCNB_SLURM=bogus", "hpcnb: error: HPCNB_SLURM='bogus' is not valid: use local, real or auto"),
     ("HPCNB_PROFILE=bogus", "hpcnb: error: HPCNB_PROFILE='bogus': "),
     ("HPCNB_STATE_DIR={file}", "hpcnb: error: HPCNB_STATE_DIR='{file}' is not a folder"),
+    ("HPCNB_RESERVATION=my course", "hpcnb: error: HPCNB_RESERVATION='my course' is not a reservation name"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, setting: str, says: str) -> None:
     """A bad HPCNB_* value: every command says which and why in one line, exits 2, starts nothing."""

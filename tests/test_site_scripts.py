@@ -193,6 +193,23 @@ def test_submit_options_and_processes_follow_the_site(monkeypatch):
     assert processes_per_node(2) == 2
 
 
+def test_a_workshops_reservation_reaches_every_script_and_command(monkeypatch):
+    """HPCNB_RESERVATION (INSTRUCTORS.md): every script a lesson writes asks for it, and the kernel's
+    sbatch, salloc and srun get it through Slurm's own input variables (hpcnb.setup())."""
+    monkeypatch.delenv("HPCNB_RESERVATION", raising=False)
+    assert "--reservation" not in for_site("#!/bin/bash\nsrun hostname\n", "narval").text
+    assert not any("RESERVATION" in name for name in site_environment("narval"))
+    monkeypatch.setenv("HPCNB_RESERVATION", "hpc-course")
+    for profile in list_profiles():
+        script = for_site("#!/bin/bash\n#SBATCH --nodes=2\nsrun hostname\n", profile)
+        assert "#SBATCH --reservation=hpc-course" in script.added, (profile, script.text)
+        assert not [f for f in lint_text(script.text, profile) if f.severity == ERROR]
+    assert {k: v for k, v in site_environment("local").items() if "RESERVATION" in k} == {
+        "SBATCH_RESERVATION": "hpc-course", "SALLOC_RESERVATION": "hpc-course", "SLURM_RESERVATION": "hpc-course"}
+    given = for_site("#!/bin/bash\n#SBATCH --reservation=other\nsrun hostname\n", "local")
+    assert "--reservation=hpc-course" not in given.text  # the script's own is kept
+
+
 def test_the_site_environment_gives_every_job_its_project_and_constraint(tmp_path):
     """hpcnb.setup() exports these, so that `!sbatch --wrap` and `!salloc` in a lesson are accepted
     at a site that wants a project on every job; the local Slurm reads them as Slurm does."""

@@ -24,7 +24,9 @@ In a notebook, after ``hpcnb.setup()``::
     #SBATCH --ntasks-per-node={per_node}
     srun python train.py
 
-The site is ``HPCNB_PROFILE`` (default ``local``), the project ``HPCNB_PROJECT`` (default ``demo``).
+The site is ``HPCNB_PROFILE`` (default ``local``), the project ``HPCNB_PROJECT`` (default ``demo``);
+``HPCNB_RESERVATION`` (a workshop's reservation on the cluster) adds ``--reservation`` to every script
+and, through Slurm's input variables, to every ``sbatch``, ``salloc`` and ``srun`` of the kernel.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcnb.backend import reservation
 from hpcnb.jobscript import parse_script
 from hpcnb.sites import Partition, Profile, expand_hostlist, load_profile
 from hpcnb.slurm.gpus import parse_gpus
@@ -45,6 +48,7 @@ __all__ = ["SiteScript", "for_site", "gpu_options", "gpus_per_node", "jobscript_
            "processes_per_node", "site_environment", "write_jobscript"]
 
 PROJECT_VAR = "HPCNB_PROJECT"
+RESERVATION_INPUTS = ("SBATCH_RESERVATION", "SALLOC_RESERVATION", "SLURM_RESERVATION")  # sbatch, salloc, srun
 UNNAMED_PARTITION = "default"  # a profile's stand-in where its guide names no partition: none is asked for
 _PER_NODE = re.compile(r"(?<!\$)\{per_node\}")
 
@@ -138,6 +142,8 @@ def site_environment(profile: Profile | str | None = None, project: str | None =
         if value:
             env.update({variable: value for variables in INPUT_VARIABLES.values()
                         for variable, long in variables.items() if long == option})
+    if name := reservation():
+        env.update(dict.fromkeys(RESERVATION_INPUTS, name))
     return env
 
 
@@ -161,7 +167,8 @@ def for_site(text: str, profile: Profile | str | None = None, *, gpus_per_node_w
     partition = partition_for(site, granted > 0).name
     wanted_lines = [f"--partition={partition}" if partition != UNNAMED_PARTITION else None,
                     _account_line(site, project), *site.required_directives,
-                    _gpu_line(site, granted, _nodes(text)) if granted else None]
+                    _gpu_line(site, granted, _nodes(text)) if granted else None,
+                    f"--reservation={name}" if (name := reservation()) else None]
     added = [f"#SBATCH {line}" for line in wanted_lines
              if line and parsed.get(line.split("=")[0].lstrip("-")) is None]
     first, _, rest = text.partition("\n")
