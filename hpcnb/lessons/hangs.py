@@ -5,12 +5,17 @@
 * :func:`where_stuck` gives, for each rank, the innermost line of a given script in its last
   dump: where that rank's own code is waiting;
 * :func:`wait_for_silence` waits until a running job's output has stopped growing: it hangs;
-* :func:`planted` says which rank ``hpcnb.scripts.faulty_ddp --fault mystery`` makes hang.
+* :func:`planted` says which rank ``hpcnb.scripts.faulty_ddp --fault mystery`` makes hang;
+* :func:`dump_flight_recorder` (in a rank) writes PyTorch's flight recorder, the rank's last
+  collectives, where ``torchfrtrace`` reads it: what NCCL's watchdog does by itself on a timeout
+  with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, done by hand for gloo.
 
-No torch here: the lesson's kernel reads the dumps, the job's ranks write them.
+No torch at import: the lesson's kernel reads the dumps, the job's ranks write them.
 """
 from __future__ import annotations
 
+import os
+import pickle
 import re
 import time
 from dataclasses import dataclass
@@ -112,3 +117,39 @@ def planted(job_id: int, world_size: int) -> int:
     that "rank 0, where the errors appear" is no answer by luck), else chosen by the job id. Its
     read of a batch never returns, while the other ranks wait in the all-reduce."""
     return 1 + job_id % (world_size - 1) if world_size > 1 else 0
+
+
+FLIGHT_RECORDER_SIZE = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")   # the new name, then the old
+FLIGHT_RECORDER_FILE = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"   # PyTorch's default: /tmp is the node's own, so set one
+
+
+def flight_recorder_on() -> bool:
+    """Whether this process keeps a flight recorder (a ring buffer of its last collectives)."""
+    return any(int(os.environ.get(name) or 0) > 0 for name in FLIGHT_RECORDER_SIZE)
+
+
+def dump_flight_recorder(rank: int) -> Path | None:
+    """Write this rank's flight recorder to ``<prefix><rank>`` (the prefix from
+    ``TORCH_FR_DUMP_TEMP_FILE``, as PyTorch's own dumps); None when no recorder is kept.
+
+    The default process group of gloo is recorded under the name ``0`` but listed under ``""`` in
+    the dump's configuration (PyTorch 2.13): the two are made to agree, or ``torchfrtrace`` fails
+    with a KeyError."""
+    if not flight_recorder_on():
+        return None
+    from torch._C._distributed_c10d import _dump_fr_trace
+
+    trace = pickle.loads(_dump_fr_trace())
+    names = {entry["process_group"] for entry in trace.get("entries", [])}
+    config = trace.get("pg_config", {})
+    if "" in config and len(names) == 1:
+        (name, desc), = names
+        config[name] = {**config.pop(""), "name": name, "desc": desc}
+    prefix = next((os.environ[n] for n in FLIGHT_RECORDER_FILE if os.environ.get(n)), DEFAULT_DUMP_PREFIX)
+    path = Path(f"{prefix}{rank}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.part")
+    partial.write_bytes(pickle.dumps(trace))
+    partial.replace(path)   # whole or not at all: srun may end this rank at any moment now
+    return path

@@ -22,7 +22,8 @@ plants one mistake in rank ``--rank`` (default: the last rank) at step ``--at-st
 ``--timeout`` (seconds, default 10) is ``init_process_group``'s timeout: the rendezvous and every
 collective wait at most that long, then fail with an error instead of hanging for good.
 ``faulthandler`` prints every thread's Python stack on ``SIGUSR1`` (``scancel --signal=USR1 JOBID``)
-and on a crash, and the process goes on.
+and on a crash, and the process goes on. With ``TORCH_FR_BUFFER_SIZE`` set, a rank whose collective
+fails (its timeout) writes its flight recorder first (:func:`hpcnb.lessons.hangs.dump_flight_recorder`).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ import torch.distributed as dist  # noqa: E402
 
 from hpcnb.lessons.distributed import (  # noqa: E402
     backend_for, check_resolves, device_id_for, leave, pick_device, slurm_world)
-from hpcnb.lessons.hangs import NOWHERE, planted  # noqa: E402
+from hpcnb.lessons.hangs import NOWHERE, dump_flight_recorder, planted  # noqa: E402
 
 p = argparse.ArgumentParser(prog="python -m hpcnb.scripts.faulty_ddp", description=__doc__.split("\n")[0])
 p.add_argument("--fault", choices=["none", "skip", "shape", "die", "addr", "mystery"], default="none")
@@ -93,18 +94,29 @@ model = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.Tanh(), torch.n
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 last = args.at_step if faulty and fault == "skip" else args.steps   # the skip fault: one batch less
 
-for step in range(last):
-    if faulty and fault == "die" and step == args.at_step:
-        print(f"rank={rank} host={host} step={step} is killed now", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-    x, y = read_batch(step)
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    average_gradients(model)
-    opt.step()
-    print(f"rank={rank} host={host} step={step} loss={loss.item():.4f}", flush=True)
+def train() -> None:
+    """The training loop, then the final barrier."""
+    for step in range(last):
+        if faulty and fault == "die" and step == args.at_step:
+            print(f"rank={rank} host={host} step={step} is killed now", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = read_batch(step)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        average_gradients(model)
+        opt.step()
+        print(f"rank={rank} host={host} step={step} loss={loss.item():.4f}", flush=True)
+    dist.barrier()                            # every rank, once its training is done
 
-dist.barrier()                            # every rank, once its training is done
+
+try:
+    train()
+except RuntimeError:   # a collective failed (its timeout, a peer gone): keep this rank's record of them
+    if dist.get_backend() == "gloo":   # NCCL's watchdog writes it itself (TORCH_NCCL_DUMP_ON_TIMEOUT=1)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # srun --kill-on-bad-exit: the dump first
+        dump_flight_recorder(rank)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise
 print(f"rank={rank} host={host} done", flush=True)
 leave()   # destroy the process group and exit (hpcnb.lessons.distributed.leave says why not a plain return)
