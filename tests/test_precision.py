@@ -207,3 +207,19 @@ def test_gpu_benchmark_measures_three_formats() -> None:
     assert by[(2048, "fp32")]["ms"] > 0 and by[(2048, "fp32")]["rel_error"] < 1e-5
     if (pr.gpu_info() or {}).get("tf32"):
         assert by[(2048, "tf32")]["rel_error"] > 10 * by[(2048, "fp32")]["rel_error"]
+
+
+def test_fp8_casts_real_bits_scaled_per_tensor() -> None:
+    x = torch.tensor([448.0, 1.0, 1.0625, -0.5])            # 1.0625 needs 4 mantissa bits: E4M3 has 3
+    assert pr.to_fp8(x, "e4m3").tolist() == [448.0, 1.0, 1.0, -0.5]
+    big = torch.tensor([1e6, 1.0])                          # scaled: the largest maps to 448, none overflows
+    assert torch.isfinite(pr.to_fp8(big, "e4m3")).all() and pr.to_fp8(big, "e4m3")[0] == 1e6
+
+
+def test_fp8_matmul_error_is_about_sixteen_times_bf16s() -> None:
+    rows = pr.fp8_matmul_errors(sizes=(256,), rows=32)
+    by = {r["format"]: r["rel_error"] for r in rows}
+    assert 8 < by["fp8 e4m3"] / by["bf16"] < 32              # 3 mantissa bits against 7
+    assert 1.5 < by["fp8 e5m2"] / by["fp8 e4m3"] < 3          # and one bit fewer
+    assert {r["how"] for r in rows if r["format"].startswith("fp8")} == {
+        "cast to torch.float8_e4m3fn, scaled", "cast to torch.float8_e5m2, scaled"}

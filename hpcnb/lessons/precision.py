@@ -30,7 +30,7 @@ from typing import Any
 __all__ = [
     "FORMATS", "formats", "mode", "gpu_info", "has_fp32_precision", "switches", "tf32_state", "set_tf32",
     "tf32", "round_mantissa", "to_tf32", "to_bf16", "bit_string", "emulated_matmul", "emulated_matmul_errors", "emulated_training",
-    "gpu_matmul_benchmark", "report",
+    "gpu_matmul_benchmark", "report", "FP8_FORMATS", "to_fp8", "fp8_matmul_errors",
 ]
 
 # name: (exponent bits, mantissa bits, what it is)
@@ -301,6 +301,40 @@ def emulated_matmul_errors(sizes: Sequence[int] = (64, 128, 256, 512, 1024, 2048
             max_abs, rel = _errors(got, ref)
             out.append({"n": n, "format": fmt, "how": "measured (CPU float32)" if fmt == "fp32" else "emulated",
                         "max_abs_error": max_abs, "rel_error": rel})
+    return out
+
+
+FP8_FORMATS = {"e4m3": ("float8_e4m3fn", 448.0), "e5m2": ("float8_e5m2", 57344.0)}   # torch dtype, largest value
+
+
+def to_fp8(x, fmt: str = "e4m3"):
+    """``x`` through an FP8 format and back to float32, scaled per tensor as FP8 training does
+    (torchao's "tensorwise" recipe): the largest magnitude maps to the format's largest value."""
+    import torch
+
+    name, largest = FP8_FORMATS[fmt]
+    scale = largest / x.abs().max().clamp(min=torch.finfo(torch.float32).tiny)
+    return (x * scale).to(getattr(torch, name)).to(torch.float32) / scale
+
+
+def fp8_matmul_errors(sizes: Sequence[int] = (256, 1024), *, rows: int = 64,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """Error of ``A @ B`` against float64 with the inputs in FP8 (E4M3, E5M2: real casts to
+    PyTorch's float8 types, per-tensor scaled, float32 accumulation as the tensor cores of
+    H100/H200/GH200 do), beside bf16 (emulated). Rows as :func:`emulated_matmul_errors`."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in sizes:
+        a, b = torch.randn(min(rows, n), n, generator=g), torch.randn(n, n, generator=g)
+        ref = a.double() @ b.double()
+        results = {"bf16": ("emulated", emulated_matmul(a, b, "bf16"))}
+        for fmt, (name, _) in FP8_FORMATS.items():
+            results[f"fp8 {fmt}"] = (f"cast to torch.{name}, scaled", to_fp8(a, fmt) @ to_fp8(b, fmt))
+        for fmt, (how, got) in results.items():
+            max_abs, rel = _errors(got, ref)
+            out.append({"n": n, "format": fmt, "how": how, "max_abs_error": max_abs, "rel_error": rel})
     return out
 
 
