@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import run
 from hpcnb.localslurm import procs
@@ -34,17 +35,25 @@ def test_cached_cluster_follows_its_profile_file(tmp_path: Path) -> None:
         run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], env=env)
 
 
-def test_descendants_match_psutil_and_leave_out_daemons() -> None:
-    script = "sleep 30 & (sleep 30; true) & sh -c 'sleep 30' hpcnb.localslurm.controller & wait"
+def test_descendants_match_psutil_and_leave_out_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller is left out with what it forked, known by the pid its lock file names; a
+    process that only calls itself the controller is the job's (issue 40 item 3)."""
+    fake = f"'{sys.executable}' -c 'import time; time.sleep({{}})' {procs.DAEMON_MODULE}"
+    script = f"sleep 30 & (sleep 30; true) & {fake.format(30)} & {fake.format(31)} & wait"
     child = subprocess.Popen(["sh", "-c", script])
     try:
         deadline = time.monotonic() + 10
         while len(psutil.Process().children(recursive=True)) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
+        named = {"(30)" in " ".join(p.cmdline()): p.pid for p in psutil.Process().children(recursive=True)
+                 if procs.DAEMON_MODULE in p.cmdline()}
+        controller, impostor = named[True], named[False]
+        monkeypatch.setattr(procs, "_controller_pid", lambda: controller)
         found = sorted(p.pid for p in procs.descendants())
-        assert found == sorted(p.pid for p in procs._descendants_by_scan(os.getpid()))
-        assert child.pid in found and len(found) == 4, found  # sh, sleep, the subshell and its sleep
-        assert not any(procs.DAEMON_MODULE in p.cmdline() for p in procs.descendants())
+        assert found == sorted(p.pid for p in procs._descendants_by_scan(os.getpid(), controller))
+        assert child.pid in found and len(found) == 5, found  # sh, sleep, the subshell and its sleep, the impostor
+        assert controller not in found and impostor in found
     finally:
         procs.send(procs.descendants(), 9)
+        procs.send(psutil.Process().children(recursive=True), 9)
         child.wait(timeout=10)

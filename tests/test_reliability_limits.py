@@ -134,6 +134,21 @@ def test_cancelled_job_with_children_and_daemons_leaves_nothing(slurm: Slurm, tm
     assert slurm.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State").stdout.strip().startswith("CANCELLED")
 
 
+def test_a_process_named_like_the_controller_does_not_outlive_scancel(slurm: Slurm, tmp_path: Path) -> None:
+    """Issue 40 item 3: a job's process is the job's whatever it calls itself; the local Slurm's
+    daemons are known by who they are (the controller's lock names it; a supervisor is its child)."""
+    job = slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap",
+                       "bash -c '(exec -a hpcnb.localslurm.controller sleep 1004) & echo ready; wait'")
+    slurm.wait_state(job, {"RUNNING"})
+    procs = _processes(slurm, job, 2)
+    named = [p.pid for p in procs if "hpcnb.localslurm.controller" in p.cmdline()]
+    assert named, [p.cmdline() for p in procs]
+    assert slurm.run("scancel", str(job)).returncode == 0
+    assert slurm.wait_final([job], timeout=20) == {job: "CANCELLED"}
+    assert not wait_gone(named, 10), "a process that calls itself the controller outlived scancel"
+    assert slurm.job_processes(job) == []
+
+
 def test_task_ignoring_sigterm_is_killed_after_killwait(slurm: Slurm, tmp_path: Path) -> None:
     job = slurm.submit("-o", f"{tmp_path}/%j.out", "--wrap",
                        "trap '' TERM; echo ready; while true; do sleep 0.1; done")

@@ -232,12 +232,13 @@ def descendants(pid: int | None = None) -> list[psutil.Process]:
     The tree is walked through ``/proc/PID/task/*/children``: psutil's ``children()`` reads the
     ``stat`` of every process on the machine, once per call, and supervisors call this often."""
     root = pid or os.getpid()
+    controller = _controller_pid()
     if not _has_children_files():
-        return _descendants_by_scan(root)
+        return _descendants_by_scan(root, controller)
     found, todo = [], [root]
     while todo:
         for child in _children(todo.pop(0)):
-            if _is_daemon_pid(child):
+            if _is_daemon_pid(child, controller):
                 continue
             try:
                 found.append(psutil.Process(child))
@@ -274,7 +275,26 @@ def _has_children_files() -> bool:
     return _CHILDREN_FILES
 
 
-def _is_daemon_pid(pid: int) -> bool:
+def _controller_pid() -> int | None:
+    """The controller's pid, as it wrote it into its lock file when it took the lock."""
+    from . import paths
+
+    try:
+        return int(paths.lock_path().read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _is_daemon_pid(pid: int, controller: int | None) -> bool:
+    """Is ``pid`` the controller or a supervisor it forked? Known by who it is (the pid in the
+    controller's lock file, or that pid's child), never by its command line alone: a job's
+    process may call itself anything (``exec -a hpcnb.localslurm.controller sleep``)."""
+    if controller is None or not _daemon_command_line(pid):
+        return False
+    return pid == controller or _parent(pid) == controller
+
+
+def _daemon_command_line(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return DAEMON_MODULE.encode() in fh.read().split(b"\0")
@@ -282,13 +302,18 @@ def _is_daemon_pid(pid: int) -> bool:
         return False
 
 
-def _descendants_by_scan(pid: int) -> list[psutil.Process]:
+def _parent(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def _descendants_by_scan(pid: int, controller: int | None) -> list[psutil.Process]:
     """:func:`descendants` through psutil (a scan of every process), where /proc lacks children files."""
     try:
         tree = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
-    daemons = {proc.pid for proc in tree if _is_daemon(proc)}
+    daemons = {proc.pid for proc in tree if _is_daemon_pid(proc.pid, controller)}
     if not daemons:
         return tree
     parent = {}
@@ -300,11 +325,6 @@ def _descendants_by_scan(pid: int) -> list[psutil.Process]:
     return [proc for proc in tree if not _below(proc.pid, daemons, parent)]
 
 
-def _is_daemon(proc: psutil.Process) -> bool:
-    try:
-        return DAEMON_MODULE in proc.cmdline()
-    except psutil.Error:
-        return False
 
 
 def _below(pid: int, daemons: set[int], parent: dict[int, int | None]) -> bool:
