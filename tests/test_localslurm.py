@@ -294,9 +294,11 @@ def test_a_wrapper_older_than_the_handover_does_not_allocate_again(workdir: Path
                 env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": "99"})
     assert (stale.returncode, stale.stderr) == (1, "salloc: error: the local Slurm's commands are out of date: "
                                                 "run `hpcnb slurm-path`\n")
-    lost = run([sys.executable, "-m", "hpcnb.localslurm.allocation", "srun"],
-               env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": "99"})
-    assert lost.returncode == 1 and lost.stderr.startswith("srun: error: no allocation handed over"), lost.stderr
+    for value in ("99", "9" * 26, "abc"):   # a descriptor not open, past any descriptor, no number
+        lost = run([sys.executable, "-m", "hpcnb.localslurm.allocation", "srun"],
+                   env={**os.environ, "HPCNB_ALLOCATION_HANDOFF": value})
+        assert lost.returncode == 1 and lost.stderr.startswith("srun: error: no allocation handed over"), lost.stderr
+        assert lost.stderr.count("\n") == 1, lost.stderr
     assert run(["squeue", "-h", "-o", "%i"]).stdout == before
     from hpcnb import backend
     from hpcnb.localslurm.commands import HANDOFF

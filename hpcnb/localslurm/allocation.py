@@ -44,7 +44,7 @@ def main(name: str) -> NoReturn:
     try:
         with os.fdopen(int(os.environ.pop(HANDOFF)), "rb") as fh:
             handoff = json.load(fh)
-    except (KeyError, ValueError, OSError) as err:
+    except (KeyError, ValueError, OSError, TypeError, OverflowError) as err:  # no such descriptor, or no number
         print(f"{name}: error: no allocation handed over ({HANDOFF}): {err}", file=sys.stderr)
         os._exit(1)
     module = importlib.import_module(f"{__package__}.commands.{name}")
