@@ -34,10 +34,12 @@ sandbox's home): it lives and dies with the sandbox, and never sees the grader's
 The kernel talks ZeroMQ over ``ipc`` sockets in the sandbox's ``/run/kernel``, which the grader
 reaches through ``/proc/PID/root`` (no network is shared). What the feedback then tells the student:
 
-* output beyond ``SandboxedExecute.max_output_bytes`` per cell is dropped with a note (display
-  updates count too: each copy of the data they replace, charged to the running cell); messages
+* output beyond ``SandboxedExecute.max_output_bytes`` per cell, or ``max_notebook_output_bytes`` per
+  notebook, is dropped with a note (:mod:`hpcnb.course.outputs`: what counts; display updates count
+  too: each copy of the data they replace, charged to the running cell); messages
   over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
-  costs the grader little memory, and output that never arrived is noted too;
+  costs the grader little memory (a message of many parts: the grader's heap is bounded,
+  ``outputs.bound_grader_memory``), and output that never arrived is noted too;
 * a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
   many), the kernel is interrupted, and only a kernel that then never answers ends the notebook;
 * processes still running after the last cell are listed in a note, then stopped with the sandbox.
@@ -63,7 +65,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hpcnb.course import cgroup
+from hpcnb.course import cgroup, outputs
 
 GRADER_USER = "hpcnb-grader"
 STUDENT = "student"
@@ -73,9 +75,9 @@ KERNEL_DIR = "/run/kernel"  # the kernel's connection file and ipc sockets, insi
 CONNECTION_FILE = f"{KERNEL_DIR}/connection.json"
 START_TIMEOUT = 60.0  # seconds for bwrap to report its pid namespace
 DEFAULT_CPU_SECONDS = 3600
-MAX_MESSAGE_BYTES = 16 << 20  # a kernel message larger than this is dropped by ZeroMQ
-MAX_QUEUED_MESSAGES = 32  # the grader's receive queue per socket (ZeroMQ drops output beyond it)
-KERNEL_OUTPUT_BYTES = 8 << 20  # per stream and cell, kept by the kernel (the grader keeps less)
+MAX_MESSAGE_BYTES = 4 << 20  # a kernel message (each of its parts) larger than this is dropped by ZeroMQ
+MAX_QUEUED_MESSAGES = 8  # the grader's receive queue per socket (the kernel's queue holds the rest)
+KERNEL_OUTPUT_BYTES = 1 << 20  # per stream and cell, kept by the kernel: its messages stay below MAX_MESSAGE_BYTES
 INTERRUPT_GRACE = 10.0  # seconds at least for an interrupted kernel to answer
 INTERRUPT_AGAIN = 3.0  # seconds without an answer after which a fork bomb's kernel is interrupted again
 ETC_FILES = (
@@ -287,11 +289,13 @@ def _memfd(text: str) -> int:
 
 
 def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None,
-        connection_file: str | None = None, info_file: str | None = None, discard_output: bool = False
-        ) -> NoReturn:
+        connection_file: str | None = None, info_file: str | None = None, discard_output: bool = False,
+        test_connection_file: str | None = None) -> NoReturn:
     """Become ``bwrap`` running ``command`` in the sandbox (this process is replaced).
     ``discard_output``: the command's stdout and stderr go to /dev/null, not to ours (a kernel
-    copies what it prints there, and the grader reads ours)."""
+    copies what it prints there, and the grader reads ours). ``test_connection_file``: passed
+    inside as an open descriptor only, for the kernel to hand on to the test kernel
+    (:mod:`hpcnb.course.testkernel`)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
@@ -301,6 +305,9 @@ def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None
     if connection_file is not None:
         data[CONNECTION_FILE] = os.open(connection_file, os.O_RDONLY)
     info_fd = os.open(info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if info_file else None
+    passed = [os.open(test_connection_file, os.O_RDONLY)] if test_connection_file else []
+    if passed:
+        env = {**(env or {}), "HPCNB_TEST_KERNEL_FD": str(passed[0])}
     paths = bind_sources()
     cgroup.enter(f"{cgroup.PREFIX}{os.getpid()}", limits.memory_bytes, limits.processes)
     sources = _stage(paths) if ids else {p: str(p) for p in paths}
@@ -310,11 +317,12 @@ def run(command: list[str], limits: Limits, *, env: dict[str, str] | None = None
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
-    for fd in [*data.values(), *([info_fd] if info_fd is not None else [])]:
+    for fd in [*data.values(), *([info_fd] if info_fd is not None else []), *passed]:
         os.set_inheritable(fd, True)
     if discard_output:
         command = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh", *command]
     argv = bwrap_argv(sources, data, limits, sandbox_env(env), command, info_fd)
+    outputs.lift_grader_bound()  # the grader's heap bound is not the kernel's
     os.execve(bwrap, argv, {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
 
 
@@ -378,17 +386,26 @@ def _kernel_manager_class() -> type:
             return self.host_dir / "bwrap-info.json"
 
         @property
+        def test_connection_file(self) -> Path:
+            """The test kernel's (:mod:`hpcnb.course.testkernel`), written before the sandbox starts."""
+            return self.host_dir / "test-connection.json"
+
+        @property
         def kernel_spec(self) -> KernelSpec:
             Limits.from_dict(self.limits)  # a bad limit fails here, clearly
             argv = [sys.executable, "-m", "hpcnb.course.sandbox", "run", "--connection-file", "{connection_file}",
                     "--info-file", str(self.info_file), "--limits", json.dumps(self.limits),
-                    "--env", json.dumps(self.sandbox_env), "--discard-output", "--",
+                    "--env", json.dumps(self.sandbox_env), "--discard-output",
+                    "--test-connection-file", str(self.test_connection_file), "--",
                     sys.executable, "-m", "hpcnb.course.sandbox", "kernel", "-f", CONNECTION_FILE]
             return KernelSpec(argv=argv, interrupt_mode="message", language="python",
                               display_name="Python 3 (hpcnb sandbox)")
 
         async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+            from hpcnb.course.testkernel import write_connection_file
+
             self.ip = f"{KERNEL_DIR}/ipc"  # what the kernel binds, inside
+            write_connection_file(self.test_connection_file)
             return await super()._async_pre_start_kernel(**kw)
 
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
@@ -427,6 +444,8 @@ def _kernel_manager_class() -> type:
                     if _ns_pid(proc.pid) == 2:
                         continue
                     cmdline = " ".join(proc.cmdline()) or proc.name()
+                    if "hpcnb.course.testkernel" in cmdline:  # the test kernel, the grader's
+                        continue
                 except psutil.Error:
                     continue
                 if "hpcnb.localslurm" not in cmdline:
@@ -539,13 +558,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _output_size(msg: dict[str, Any]) -> int:
-    content = msg.get("content", {})
-    if msg.get("msg_type") == "stream":
-        return len(content.get("text", ""))
-    return sum(len(str(v)) for v in (content.get("data") or {}).values()) + 64
-
-
 def _note(text: str) -> Any:
     from nbformat.v4 import new_output
 
@@ -560,27 +572,39 @@ def _execute_class() -> type:
     from nbgrader.preprocessors import Execute
     from traitlets import Integer
 
-    from hpcnb.course import tamper
+    from hpcnb.course import tamper, testkernel
 
     class SandboxedExecute(Execute):
-        """nbgrader's Execute with the kernel in the sandbox and the output of each cell capped."""
+        """nbgrader's Execute with the kernel in the sandbox and the output of each cell capped;
+        the graded test cells run in the test kernel (:mod:`hpcnb.course.testkernel`)."""
 
-        max_output_bytes = Integer(1 << 20, help="output kept per cell; the rest is dropped with a note"
+        max_output_bytes = Integer(outputs.CELL_BYTES, help="output kept per cell; the rest is dropped with a note"
                                    ).tag(config=True)
+        max_notebook_output_bytes = Integer(outputs.NOTEBOOK_BYTES, help="output kept per notebook, widget "
+                                            "state included; the rest is dropped with a note").tag(config=True)
 
         def __init__(self, **kwargs: Any) -> None:
             kwargs.setdefault("kernel_manager_class", __getattr__("SandboxKernelManager"))
             super().__init__(**kwargs)
-            self._output_used: dict[int, int] = {}
+            self._budget = outputs.OutputBudget(self.max_output_bytes, self.max_notebook_output_bytes)
             self._idle_seen = False
             self._left: list[str] = []
             self._cell: Any = None
             self._cell_index = 0
             self._baseline: dict[str, str] | None = None
+            self._tests: Any = None  # testkernel.TestKernel, once started
+            self._setup: list[str] = []
 
         def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
-            self._output_used, self._left, self._baseline = {}, [], None
-            nb, resources = super().preprocess(nb, resources, km)
+            self._left, self._baseline = [], None
+            self._budget = outputs.OutputBudget(self.max_output_bytes, self.max_notebook_output_bytes)
+            self._setup = testkernel.setup_sources(testkernel.source_notebook(self.config, resources))
+            try:
+                nb, resources = super().preprocess(nb, resources, km)
+            finally:
+                if self._tests is not None:
+                    self._tests.stop()
+                self._tests = None
             if self._left:
                 from nbformat.v4 import new_markdown_cell
 
@@ -589,6 +613,10 @@ def _execute_class() -> type:
                 nb.cells.append(new_markdown_cell(
                     f"**hpcnb grader:** {len(self._left)} process(es) were still running when the last "
                     f"cell finished; the sandbox stopped them:\n\n{shown}{more}"))
+            if self._budget.cut_cells:
+                from nbformat.v4 import new_markdown_cell
+
+                nb.cells.append(new_markdown_cell(self._budget.summary()))
             return nb, resources
 
         def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
@@ -604,14 +632,36 @@ def _execute_class() -> type:
             self._idle_seen = False
             if self._baseline is None:  # before any of the student's code ran
                 self._baseline = tamper.parse_state(await self._ask(tamper.STATE_EXPRESSION)) or {}
+                await self._start_tests()
             graded = cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade")
             reasons = await self._tampering() if graded else []
-            result = await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            if graded:
+                result = await self._test(cell, cell_index, *args, **kwargs)
+            else:
+                result = await super().async_execute_cell(cell, cell_index, *args, **kwargs)
             if graded:
                 reasons += [r for r in await self._tampering() if r not in reasons]
                 if reasons:
                     cell.outputs.append(tamper.error_output(reasons))
             return result
+
+        async def _start_tests(self) -> None:
+            """T connected and set up; S answering T's questions (:mod:`hpcnb.course.testkernel`)."""
+            self._tests = testkernel.TestKernel(self.km.test_connection_file, self.km.sandbox_pid)
+            await self._ask(code=testkernel.SERVE)
+            await self._tests.start(self._setup, self.startup_timeout, self.timeout or 60)
+
+        async def _test(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
+            """Run a graded cell in T, with the names it reads brought from S."""
+            why = await self._tests.bring(cell.source, self._get_timeout(cell) or 60)
+            if why is not None:
+                cell.outputs = [testkernel.error_output(why)]
+                return cell
+            ours, self.kc = self.kc, self._tests.client
+            try:
+                return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            finally:
+                self.kc = ours
 
         async def _ask(self, expression: str | None = None, code: str = "") -> Any:
             """Run ``code`` (not in the notebook, not in the history), evaluating ``expression``
@@ -636,6 +686,13 @@ def _execute_class() -> type:
             """A cell past its time limit: interrupt the kernel (``stop_forks`` does it where the kernel
             forked copies of itself, whose process slots it may need to answer; else nbclient), and
             give up on the notebook (as nbgrader does) only if the kernel then never answers."""
+            if self._tests is not None and self.kc is self._tests.client:  # a test, in T
+                self._tests.interrupt()
+                grace = max(INTERRUPT_GRACE, min(timeout, 60))
+                if not await self._interrupted_kernel_answers(grace):
+                    raise CellTimeoutError.error_from_timeout_and_cell(
+                        "Timeout waiting for the test kernel to answer after the interrupt", grace, cell)
+                return {"content": {**self.error_on_timeout, "status": "error"}} if self.error_on_timeout else None
             stopped = self.km.stop_forks() if hasattr(self.km, "stop_forks") else 0
             if stopped and cell is not None:
                 cell.outputs.append(_note(f"the cell ran past its time limit: {stopped} forked copies "
@@ -675,30 +732,43 @@ def _execute_class() -> type:
             if msg.get("msg_type") == "status" and msg.get("content", {}).get("execution_state") == "idle":
                 self._idle_seen = True
             self._cell, self._cell_index = cell, cell_index
+            if not isinstance(msg.get("content", {}).get("execution_count", 0), (int, type(None))):
+                del msg["content"]["execution_count"]  # a forged one: nbclient would copy it into the cell
             return super().process_message(msg, cell, cell_index)
 
-        def _spend(self, cell_index: int, size: int) -> int:
-            """Count ``size`` bytes of output against the cell; what was left of its cap before."""
-            used = self._output_used.get(cell_index, 0)
-            self._output_used[cell_index] = used + size
-            return self.max_output_bytes - used
-
-        def _capped_note(self) -> Any:
-            return _note(f"this cell printed more than {self.max_output_bytes} bytes: "
-                         "the rest of its output was dropped")
+        def _cut(self, outs: list[Any], cell_index: int, what: str = "output") -> None:
+            """The cell lost some ``what``: say so there, once (:meth:`outputs.OutputBudget.cut`)."""
+            said = self._budget.cut(cell_index, what)
+            if said:
+                outs.append(_note(said))
 
         def _update_display_id(self, display_id: str, msg: dict[str, Any]) -> None:
             """A display update replaces the data of every output shown with that id: the
-            running cell pays for each copy, and an update over its cap is dropped."""
+            running cell pays for each copy, and an update over its budget is dropped."""
             copies = sum(len(ix) for ix in self._display_id_map.get(display_id, {}).values())
-            size = _output_size(msg) * copies
-            left = self._spend(self._cell_index, size) if copies else size
-            if size <= left:
+            if not copies:
+                return
+            if self._budget.spend(self._cell_index, outputs.size_of(outputs.kept_content(msg)) * copies):
                 super()._update_display_id(display_id, msg)
-            elif left >= 0:
-                self._cell.outputs.append(self._capped_note())
+            else:
+                self._cut(self._cell.outputs, self._cell_index)
+
+        def handle_comm_msg(self, outs: list[Any], msg: dict[str, Any], cell_index: int) -> None:
+            """Widget state ends in the notebook's metadata: the running cell pays for it. A message
+            nbclient cannot read (a widget without ``_model_module``...) is ignored."""
+            data = msg.get("content", {}).get("data")
+            size = outputs.size_of(data.get("state")) if isinstance(data, dict) else 0
+            size += sum(len(buffer) for buffer in msg.get("buffers") or []) * 4 // 3  # kept in base64
+            if not self._budget.spend(cell_index, size):
+                self._cut(outs, cell_index, "widget state")
+                return
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError, AssertionError, IndexError):
+                super().handle_comm_msg(outs, msg, cell_index)
 
         def on_cell_executed(self, **kwargs: Any) -> None:
+            reply = kwargs.get("execute_reply", {}).get("content", {})
+            if reply.get("status") == "error":  # nbgrader adds it to the cell when no output showed it
+                outputs.trim_error(reply, short=True)
             super().on_cell_executed(**kwargs)
             if not self._idle_seen:
                 kwargs["cell"].outputs.append(_note(
@@ -707,20 +777,23 @@ def _execute_class() -> type:
 
         def output(self, outs: list[Any], msg: dict[str, Any], display_id: str | None,
                    cell_index: int) -> Any:
-            content = msg.get("content", {})
-            if msg.get("msg_type") == "error":  # always kept (it decides the grade), but trimmed
-                content["traceback"] = [line[:2000] for line in content.get("traceback", [])[-60:]]
-                content["evalue"] = str(content.get("evalue", ""))[:2000]
+            """Output kept within the budget (:mod:`hpcnb.course.outputs`); an error is always kept,
+            trimmed (it decides the grade), one a cell past the budget; a stream is cut to fit."""
+            is_error = msg.get("msg_type") == "error"
+            if is_error:
+                outputs.trim_error(msg["content"])
+            kept = outputs.kept_content(msg)
+            if not kept or self._budget.spend(cell_index, outputs.size_of(kept)):
                 return super().output(outs, msg, display_id, cell_index)
-            size = _output_size(msg)
-            left = self._spend(cell_index, size)
-            if size <= left:
+            if msg.get("msg_type") == "stream" and isinstance(kept["text"], str):
+                text = outputs.stream_start(kept["text"], self._budget.room(cell_index) - 64)
+                if text and self._budget.spend(cell_index, outputs.size_of({**kept, "text": text})):
+                    msg["content"]["text"] = text
+                    super().output(outs, msg, display_id, cell_index)
+            self._cut(outs, cell_index)
+            if is_error and self._budget.keep_error(cell_index):
+                outputs.trim_error(msg["content"], short=True)
                 return super().output(outs, msg, display_id, cell_index)
-            if left > 0 and msg.get("msg_type") == "stream":
-                content["text"] = content.get("text", "")[:left]
-                super().output(outs, msg, display_id, cell_index)
-            if left >= 0:
-                outs.append(self._capped_note())
             return None
 
     return SandboxedExecute
@@ -740,8 +813,10 @@ def kernel(argv: list[str]) -> None:
     from jupyter_client.session import Session
 
     from hpcnb.backend import slurm_env
+    from hpcnb.course.testkernel import start_beside
 
     os.environ.update(slurm_env())
+    start_beside()  # the test kernel, when the grader asked for one: before any code of the notebook's
     send, write = Session.send, OutStream.write
 
     def send_or_leave(self: Session, *args: Any, **kwargs: Any) -> Any:
@@ -781,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--connection-file", help="a kernel connection file, seen inside as " + CONNECTION_FILE)
     go.add_argument("--info-file", help="where bwrap writes its pid namespace's pid (JSON)")
     go.add_argument("--discard-output", action="store_true", help="COMMAND's stdout and stderr to /dev/null")
+    go.add_argument("--test-connection-file", help="the test kernel's connection file, passed as a descriptor")
     go.add_argument("cmd", nargs=argparse.REMAINDER)
     sub.add_parser("probe", help="exit 0 if a sandbox can be built here, else say why")
     sub.add_parser("kernel", help="(inside the sandbox) the Jupyter kernel", add_help=False)
@@ -799,7 +875,8 @@ def main(argv: list[str] | None = None) -> int:
         if not cmd:
             parser.error("run: no COMMAND given")
         run(cmd, Limits.from_dict(json.loads(args.limits)), env=json.loads(args.env),
-            connection_file=args.connection_file, info_file=args.info_file, discard_output=args.discard_output)
+            connection_file=args.connection_file, info_file=args.info_file, discard_output=args.discard_output,
+            test_connection_file=args.test_connection_file)
     except (SandboxError, OSError, ValueError) as err:
         print(f"hpcnb.course.sandbox: {err}", file=sys.stderr)
         return 1

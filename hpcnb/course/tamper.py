@@ -12,8 +12,11 @@ around each graded cell, with requests the student's code does not see in the no
   value before the first cell ran (the known-good snapshot).
 
 A failed check adds a :data:`TAMPERED` error to the graded cell (nbgrader scores it 0) and the
-grader marks the notebook "tampered". Code running in the kernel can in principle hide from
-any check made inside that kernel; these catch the known tricks, and the sandbox bounds the rest.
+grader marks the notebook "tampered". Code running in the kernel can hide from any check made
+inside that kernel (a replaced :func:`kernel_state` and an AST transformer that spares the canary
+did), so these checks no longer guard the scores: the graded tests run in the test kernel, which
+the notebook's code cannot reach (:mod:`hpcnb.course.testkernel`). They stay as a report of the
+known tricks tried on the notebook's kernel, for the instructor.
 """
 from __future__ import annotations
 
