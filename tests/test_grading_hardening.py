@@ -109,5 +109,5 @@ def test_hostile_submissions_are_each_graded_or_refused(tmp_path: Path) -> None:
     refused = [s for s, g in by.items() if g.status == "error"]
     assert not [s for s in refused if SECRET in feedback[s] or "answer = 42" in feedback[s]]
     assert TAMPERED in feedback["no_asserts"]
-    assert "this cell printed more than 1048576 bytes" in feedback["display"]
+    assert "this cell printed more than 131072 bytes" in feedback["display"]
     assert (out / "autograded" / "display" / f"{NAME}.ipynb").stat().st_size < 4 << 20

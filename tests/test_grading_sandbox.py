@@ -176,7 +176,7 @@ def test_hostile_submissions_are_contained(tmp_path: Path, monkeypatch: pytest.M
     assert f"sleep {token}" in feedback["setsid"]
     assert "/usr/x Read-only file system" in feedback["disk"] and "/x Read-only file system" in feedback["disk"]
     assert "big File too large" in feedback["disk"] and "fill No space left on device" in feedback["disk"]
-    assert "this cell printed more than 1048576 bytes" in feedback["flood"]
+    assert "this cell printed more than 131072 bytes" in feedback["flood"]
     assert len(autograded["flood"]) < 4 << 20
 
     import psutil

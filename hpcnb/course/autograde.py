@@ -20,11 +20,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from hpcnb.course import sandbox
+from hpcnb.course import outputs, sandbox
 from hpcnb.course.nbgrader_io import (
     ROOT,
     SOLUTIONS_DIR,
@@ -36,11 +36,12 @@ from hpcnb.course.nbgrader_io import (
     solution_notebooks,
 )
 from hpcnb.course.sandbox import Limits, SandboxError
-from hpcnb.course.submissions import SubmissionError, read_submission
+from hpcnb.course.submissions import SubmissionError, read_submission, shown_name
 from hpcnb.course.tamper import TAMPERED
 
 DEFAULT_TIMEOUT = 60  # seconds per cell when autograding, on the local Slurm
 REAL_SLURM_TIMEOUT = 600  # on a real one: a TIMEOUT takes 60-90 s there, a requeue hold 120 s
+MESSAGE_CHARS = 300  # a failing cell's message in cells.csv, at most
 
 __all__ = ["DEFAULT_TIMEOUT", "REAL_SLURM_TIMEOUT", "CellGrade", "NotebookGrade", "autograde", "default_timeout"]
 
@@ -53,6 +54,7 @@ class CellGrade:
     score: float
     max_score: float
     error: str = ""  # the error's name when the cell failed (AssertionError, CellTimeoutError ...)
+    message: str = ""  # its message (the assert's), on one line, at most MESSAGE_CHARS
 
 
 @dataclass
@@ -85,17 +87,30 @@ def default_timeout() -> int:
     return REAL_SLURM_TIMEOUT if real else DEFAULT_TIMEOUT
 
 
-def _students(submissions: Path) -> list[Path]:
-    return sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+def _students(submissions: Path, say: Callable[[str], None]) -> list[Path]:
+    """The student folders of ``submissions`` (any name); a folder starting with '.' or '_' is said and left."""
+    found = []
+    for path in sorted(submissions.iterdir()):
+        if path.name.startswith((".", "_")):
+            say(f"ignoring {shown_name(path.name)}/ (a name starting with '.' or '_' is not a student's)")
+        elif path.is_dir():
+            found.append(path)
+    return found
 
 
 def _code_cells(path: Path) -> int:
     return sum(1 for c in _read(path).cells if c.cell_type == "code")
 
 
-def _cell_errors(autograded: Path) -> dict[str, str]:
-    """grade_id -> name of the error a graded cell raised, from an autograded notebook."""
-    errors: dict[str, str] = {}
+def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters (an ellipsis says it was cut)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _cell_errors(autograded: Path) -> dict[str, tuple[str, str]]:
+    """grade_id -> (name, message) of the error a graded cell raised, from an autograded notebook."""
+    errors: dict[str, tuple[str, str]] = {}
     if not autograded.exists():
         return errors
     for cell in _read(autograded).cells:
@@ -105,9 +120,10 @@ def _cell_errors(autograded: Path) -> dict[str, str]:
         found = {out.get("ename", "error"): out.get("evalue", "") for out in cell.get("outputs", [])
                  if out.get("output_type") == "error"}
         if TAMPERED in found:
-            errors[meta["grade_id"]] = f"{TAMPERED}: {found[TAMPERED]}"
+            errors[meta["grade_id"]] = (f"{TAMPERED}: {found[TAMPERED]}", _one_line(found[TAMPERED]))
         elif found:  # a cell cut by the time limit shows KeyboardInterrupt, then CellTimeoutError
-            errors[meta["grade_id"]] = "CellTimeoutError" if "CellTimeoutError" in found else next(iter(found))
+            name = "CellTimeoutError" if "CellTimeoutError" in found else next(iter(found))
+            errors[meta["grade_id"]] = (name, _one_line(found[name]))
     return errors
 
 
@@ -153,13 +169,14 @@ def _grade_in_subprocess(course: Path, assignment: str, student: str, timeout: i
                          limit: float, limits: Limits) -> tuple[str, str]:
     """Autograde + feedback for one notebook in its own process group; (status, log tail).
     The process is the instructor's (nbgrader); the submission's code runs in its kernel's sandbox."""
-    argv = [sys.executable, "-m", "hpcnb.course.grading", "_grade-one", str(course), assignment, student,
-            "--timeout", str(timeout), "--limits", json.dumps(asdict(limits))]
+    argv = [sys.executable, "-m", "hpcnb.course.grading", "_grade-one", "--timeout", str(timeout),
+            "--limits", json.dumps(asdict(limits)), "--", str(course), assignment, student]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     env["TMPDIR"] = str(course / "tmp")  # the kernel's host-side files go when the course goes
     proc = subprocess.Popen(argv, cwd=course, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    outputs.bound_grader_memory(proc.pid)  # whatever the kernel sends
     try:
         out, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -221,9 +238,10 @@ def autograde(
     """Grade ``submissions/<student>/<notebook>.ipynb`` against ``solutions/``; write into ``out``.
 
     ``out`` gets ``grades.csv`` (student, notebook, score, max_score, status, message: why a
-    notebook was not graded), ``cells.csv`` (one
-    row per graded cell, with the error a failing cell raised), ``feedback/<student>/<notebook>.html``,
-    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db``. ``timeout``: seconds per cell
+    notebook was not graded), ``cells.csv`` (one row per graded cell, with the error a failing cell
+    raised and its message), both merged into an earlier run's (the rows of each (student, notebook)
+    graded now replace that pair's, the others stay), ``feedback/<student>/<notebook>.html``,
+    ``autograded/<student>/<notebook>.ipynb`` and ``gradebook.db`` (this run's). ``timeout``: seconds per cell
     (a cell over it is interrupted and scores 0; default: :func:`default_timeout`); ``notebook_timeout``: seconds for one whole
     notebook (default: ``timeout`` x (code cells + 2) + 120), past which its grading process and
     kernel are killed and the notebook scores 0 (a loop that ignores KeyboardInterrupt).
@@ -235,7 +253,8 @@ def autograde(
     timeout = timeout or default_timeout()
     if not submissions.is_dir():
         raise GradingError(f"{submissions}: no such folder (expected SUBMISSIONS/<student>/<notebook>.ipynb)")
-    sources = solution_notebooks(solutions)
+    every_source = solution_notebooks(solutions)
+    sources = every_source
     if notebooks is not None:
         wanted = set(notebooks)
         unknown = wanted - set(sources)
@@ -245,23 +264,23 @@ def autograde(
     if not sources:
         raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
     _check_sandbox(solutions, submissions)
-    students = _students(submissions)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    students = _students(submissions, say)
     grades: list[NotebookGrade] = []
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
         course = Path(tmp)
         _build_source(course, sources)
         (course / "tmp").mkdir()
-        for student_dir in students:
+        for index, student_dir in enumerate(students):
             student = student_dir.name
             for extra in [] if student_dir.is_symlink() else sorted(student_dir.glob("*.ipynb")):
-                if extra.stem not in sources:
-                    say(f"{student}: ignoring {extra.name} (no solution notebook of that name)")
+                if extra.stem not in every_source:
+                    say(f"{shown_name(student)}: ignoring {shown_name(extra.name)} (no solution notebook of that name)")
             for stem, source in sources.items():
-                try:
-                    grade = _grade_submission(course, out, student_dir, stem, source, timeout,
-                                              notebook_timeout, limits)
+                try:  # nbgrader knows the student by an id of ours: any folder name is graded
+                    grade = _grade_submission(course, out, student_dir, f"student{index:05d}", stem, source,
+                                              timeout, notebook_timeout, limits)
                 except SubmissionError as err:
                     grade = _unreadable(course, out, student, stem, str(err))
                 except Exception as err:  # noqa: BLE001 - one student's failure is one row, the rest are graded
@@ -269,7 +288,7 @@ def autograde(
                 grades.append(grade)
                 say(_summary(grade))
         shutil.copyfile(course / "gradebook.db", out / "gradebook.db")
-    _write_csv(out, grades)
+    _merge_csv(out, grades)
     return grades
 
 
@@ -290,30 +309,31 @@ def _write_failure_feedback(out: Path, grade: NotebookGrade) -> None:
 def _summary(grade: NotebookGrade) -> str:
     timed = f", timed out: {', '.join(grade.timed_out_cells)}" if grade.timed_out_cells else ""
     note = "" if grade.status == "graded" else f" [{grade.status}: {grade.message}]"
-    return f"{grade.student} {grade.notebook}: {grade.score:g}/{grade.max_score:g}{timed}{note}"
+    return f"{shown_name(grade.student)} {grade.notebook}: {grade.score:g}/{grade.max_score:g}{timed}{note}"
 
 
-def _grade_submission(course: Path, out: Path, student_dir: Path, stem: str, source: Path, timeout: int,
-                      notebook_timeout: float | None, limits: Limits | None) -> NotebookGrade:
-    """Grade one student's notebook (read safely: :func:`~hpcnb.course.submissions.read_submission`)."""
+def _grade_submission(course: Path, out: Path, student_dir: Path, key: str, stem: str, source: Path,
+                      timeout: int, notebook_timeout: float | None, limits: Limits | None) -> NotebookGrade:
+    """Grade one student's notebook (read safely: :func:`~hpcnb.course.submissions.read_submission`);
+    ``key``: the student's id in nbgrader's course."""
     student = student_dir.name
     data = read_submission(student_dir, f"{stem}.ipynb")
     if data is None:
         return NotebookGrade(student, stem, 0.0, _max_score(course, stem), "missing",
                              message=f"no {stem}.ipynb submitted")
-    target = course / "submitted" / student / stem
+    target = course / "submitted" / key / stem
     target.mkdir(parents=True, exist_ok=True)
     (target / f"{stem}.ipynb").write_bytes(data)
     limit = notebook_timeout or timeout * (_code_cells(source) + 2) + 120
     used = limits or Limits()
     if used.cpu_seconds is None:
         used = replace(used, cpu_seconds=math.ceil(limit))
-    status, log = _grade_in_subprocess(course, stem, student, timeout, limit, used)
-    score, max_score, cells = _read_grades(course, stem, student)
-    autograded = course / "autograded" / student / stem / f"{stem}.ipynb"
-    for name, ename in _cell_errors(autograded).items():
+    status, log = _grade_in_subprocess(course, stem, key, timeout, limit, used)
+    score, max_score, cells = _read_grades(course, stem, key)
+    autograded = course / "autograded" / key / stem / f"{stem}.ipynb"
+    for name, (ename, message) in _cell_errors(autograded).items():
         if name in cells:
-            cells[name].error = ename
+            cells[name].error, cells[name].message = ename, message
     grade = NotebookGrade(student, stem, score, max_score, status, cells)
     if status == "error" and ("Timeout waiting for" in log or "CellTimeoutError" in log):
         grade.status = status = "timeout"  # nbclient gave up on a kernel that ignored the interrupt
@@ -328,7 +348,7 @@ def _grade_submission(course: Path, out: Path, student_dir: Path, stem: str, sou
     tampered = [c.error.partition(": ")[2] for c in grade.cells.values() if c.error.startswith(TAMPERED)]
     if status == "graded" and tampered:  # its tests ran on tampered machinery: nbgrader scored them 0
         grade.status, grade.message = "tampered", tampered[0]
-    feedback = course / "feedback" / student / stem / f"{stem}.html"
+    feedback = course / "feedback" / key / stem / f"{stem}.html"
     if status == "graded" and feedback.exists():  # a tampered notebook's shows why too
         dest = out / "feedback" / student / f"{stem}.html"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -353,15 +373,34 @@ def _failure_feedback(grade: NotebookGrade) -> str:
             f"<pre>{escape(grade.message)}</pre>\n</body></html>\n")
 
 
-def _write_csv(out: Path, grades: list[NotebookGrade]) -> None:
-    with open(out / "grades.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", "notebook", "score", "max_score", "status", "message"])
-        for g in grades:
-            writer.writerow([g.student, g.notebook, f"{g.score:g}", f"{g.max_score:g}", g.status, g.message])
-    with open(out / "cells.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", "notebook", "cell", "score", "max_score", "error"])
-        for g in grades:
-            for c in g.cells.values():
-                writer.writerow([g.student, g.notebook, c.name, f"{c.score:g}", f"{c.max_score:g}", c.error])
+GRADES_COLUMNS = ["student", "notebook", "score", "max_score", "status", "message"]
+CELLS_COLUMNS = ["student", "notebook", "cell", "score", "max_score", "error", "message"]
+
+
+def _merge_csv(out: Path, grades: list[NotebookGrade]) -> None:
+    """grades.csv and cells.csv: this run's rows, and an earlier run's rows of every other
+    (student, notebook) (a regraded notebook's rows replace its old ones)."""
+    graded = {(g.student, g.notebook) for g in grades}
+    notebooks = [{"student": g.student, "notebook": g.notebook, "score": f"{g.score:g}",
+                  "max_score": f"{g.max_score:g}", "status": g.status, "message": g.message} for g in grades]
+    cells = [{"student": g.student, "notebook": g.notebook, "cell": c.name, "score": f"{c.score:g}",
+              "max_score": f"{c.max_score:g}", "error": c.error, "message": c.message}
+             for g in grades for c in g.cells.values()]
+    _merge_rows(out / "grades.csv", GRADES_COLUMNS, notebooks, graded)
+    _merge_rows(out / "cells.csv", CELLS_COLUMNS, cells, graded)
+
+
+def _merge_rows(path: Path, columns: list[str], rows: list[dict[str, str]], replaced: set[tuple[str, str]]) -> None:
+    """Write ``rows`` and ``path``'s earlier rows whose (student, notebook) is not in ``replaced``, by
+    student and notebook (written aside, then renamed: an interrupted run leaves the old file)."""
+    kept: list[dict[str, str]] = []
+    if path.exists():
+        with open(path, newline="") as fh:
+            kept = [row for row in csv.DictReader(fh) if (row.get("student"), row.get("notebook")) not in replaced]
+    merged = sorted(kept + rows, key=lambda row: (row.get("student") or "", row.get("notebook") or ""))
+    aside = path.with_name(f".{path.name}.new")
+    with open(aside, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, columns, restval="", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(merged)
+    os.replace(aside, path)
