@@ -89,7 +89,7 @@ def test_round_trip_with_two_portal_users(two_students: list[str], tmp_path: Pat
     subs = tmp_path / "SUBMISSIONS"
     assert cli.main(["grading", "collect", str(subs), "--users", f"{ana} {bo}"]) == 0
     said = capsys.readouterr().out
-    assert f"{bo}: skipped copied.ipynb" in said and f"{bo}: skipped pipe.ipynb: not a regular file" in said
+    assert f"{bo}: skipped copied.ipynb" in said and f"{bo}: skipped pipe.ipynb: a FIFO, not a regular file" in said
     assert f"{bo}: skipped huge.ipynb: over {handout.MAX_BYTES} bytes" in said
     assert sorted(p.name for p in (subs / ana).iterdir()) == [exercise.name]
     assert sorted(p.name for p in (subs / bo).iterdir()) == [exercise.name]

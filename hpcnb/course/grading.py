@@ -7,8 +7,9 @@ Both go through nbgrader (its own preprocessors, in a throw-away course director
     hpcnb grading check        # exercises/ up to date with solutions/, and nothing leaked
     hpcnb grading release OUT  # the students' kit (folder or .tar.gz), from the committed course
     hpcnb grading collect SUBMISSIONS   # each portal user's exercises (hpcnb.course.handout)
+    hpcnb grading collect SUBMISSIONS --from DIR   # DIR/<student>/*.ipynb, or your own DIR/*.ipynb
     hpcnb grading autograde SUBMISSIONS --out grades/ [--notebook NAME]
-                               # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv, feedback
+                               # SUBMISSIONS/<student>/<notebook>.ipynb -> grades.csv (merged), feedback
     hpcnb grading return grades/feedback  # the feedback into each user's home
 
 This module is the command line; the work is done in :mod:`~hpcnb.course.exercises` (generate,
@@ -19,6 +20,7 @@ names are importable from here too.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import re
@@ -98,25 +100,35 @@ def build_parser(prog: str = "python -m hpcnb.course.grading") -> argparse.Argum
 
     gen = verb("generate", "write exercises/ (student versions) from solutions/")
     chk = verb("check", "exit 1 unless exercises/ is up to date and holds no solution text (work/ folders aside)")
+    solutions_help = f"the worked notebooks (default: {SOLUTIONS_DIR})"
     for p in (gen, chk):
-        p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-        p.add_argument("--exercises", type=Path, default=EXERCISES_DIR)
+        p.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=solutions_help)
+        p.add_argument("--exercises", type=Path, default=EXERCISES_DIR,
+                       help=f"the students' versions (default: {EXERCISES_DIR})")
     bundle = verb("release", "write the students' kit from the committed course: no solutions/ or tests")
     bundle.add_argument("out", type=Path, help="a new folder, or a file name ending in .tar.gz")
-    bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
-    users_help = "a count N (student1 .. studentN) or names, as PORTAL_USERS (default: $PORTAL_USERS, else 3)"
-    take = verb("collect", "copy each portal user's ~/COURSE/exercises/*.ipynb into SUBMISSIONS/<user>/")
+    bundle.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=solutions_help)
+    users_help = ("a count N (student1 .. studentN) or names, as PORTAL_USERS "
+                  f"(default: $PORTAL_USERS, else 3; now: {_default_users()!r})")
+    take = verb("collect", "copy each portal user's ~/COURSE/exercises/*.ipynb into SUBMISSIONS/<user>/ "
+                           "(SUBMISSIONS: yours, made 0700 when missing, writable by no one else)")
     take.add_argument("submissions", type=Path, help="where to put them (SUBMISSIONS/<user>/<notebook>.ipynb)")
+    take.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
+                      help="instead of the portal users' homes (a dry run): DIR/<student>/*.ipynb, or DIR/*.ipynb, "
+                           "your own notebooks, into SUBMISSIONS/<your user name>/ (default: none, the homes)")
     back = verb("return", "copy FEEDBACK/<user>/*.html into each user's ~/COURSE/feedback/ (theirs, 0600)")
     back.add_argument("feedback", type=Path, help="autograde's feedback folder (grades/feedback)")
     for p in (take, back):
-        p.add_argument("--users", default=os.environ.get("PORTAL_USERS", "3"), help=users_help)
+        p.add_argument("--users", default=None, help=users_help)
         p.add_argument("--course-dir", default="hpcnb-course", metavar="COURSE",
-                       help="each user's course folder in their home (default hpcnb-course)")
+                       help="each user's course folder in their home (default: hpcnb-course)")
     grade = verb("autograde", "grade SUBMISSIONS/<student>/<notebook>.ipynb: grades.csv, cells.csv, feedback")
-    grade.add_argument("submissions", type=Path)
-    grade.add_argument("--out", type=Path, default=Path("grades"))
-    grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR)
+    grade.add_argument("submissions", type=Path, help="the collected notebooks: SUBMISSIONS/<student>/<notebook>.ipynb")
+    grade.add_argument("--out", type=Path, default=Path("grades"),
+                       help="where grades.csv, cells.csv, feedback/<student>/ and autograded/ go (default: grades). "
+                            "An earlier run's grades there are kept: the rows of each student's notebook graded "
+                            "now replace that notebook's, the others stay (regrade one notebook with --notebook)")
+    grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=solutions_help)
     grade.add_argument("--timeout", type=int, default=None,
                        help=f"seconds per cell (default {DEFAULT_TIMEOUT} on the local Slurm, "
                             f"{REAL_SLURM_TIMEOUT} on a real one)")
@@ -127,8 +139,35 @@ def build_parser(prog: str = "python -m hpcnb.course.grading") -> argparse.Argum
                             "default: every solution notebook)")
     grade.add_argument("--limit", action="append", type=_limit, default=[], metavar="NAME=VALUE",
                        help="a limit of each submission's sandbox, e.g. memory_bytes=4G, processes=256 "
-                            "(repeatable; see hpcnb.course.sandbox.Limits)")
+                            f"(repeatable; default: {_limits_shown()})")
     return parser
+
+
+def _default_users() -> str:
+    return os.environ.get("PORTAL_USERS", "3")
+
+
+def _limits_shown() -> str:
+    """The sandbox's default limits, as --limit takes them (cpu_seconds unset: the notebook's time limit)."""
+    def value(name: str, number: int | None) -> str:
+        if number is None:
+            return "the notebook's time limit"
+        return sizes.format_size(number) if name.endswith("_bytes") else str(number)
+
+    return ", ".join(f"{f.name}={value(f.name, getattr(Limits(), f.name))}" for f in fields(Limits))
+
+
+def _handout(args: argparse.Namespace) -> int:
+    """collect or return; 1 when a student's failed (the others are done)."""
+    if args.command == "collect" and args.source is not None:
+        if args.users is not None:
+            raise handout.HandoutError("--from DIR or --users: one or the other")
+        outcome = handout.collect_from(args.source, args.submissions)
+    else:
+        users = handout.portal_users(_default_users() if args.users is None else args.users)
+        outcome = (handout.collect(users, args.submissions, course_dir=args.course_dir) if args.command == "collect"
+                   else handout.return_feedback(args.feedback, users, course_dir=args.course_dir))
+    return 1 if outcome.failed else 0
 
 
 def _grade_one_main(argv: list[str]) -> int:
@@ -167,17 +206,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m hpcnb.course.grad
             release(args.out, solutions=args.solutions)
             return 0
         if args.command in ("collect", "return"):
-            users = handout.portal_users(args.users)
-            if args.command == "collect":
-                outcome = handout.collect(users, args.submissions, course_dir=args.course_dir)
-            else:
-                outcome = handout.return_feedback(args.feedback, users, course_dir=args.course_dir)
-            return 1 if outcome.failed else 0
+            return _handout(args)
         limits = replace(Limits(), **dict(args.limit)) if args.limit else None
         grades = autograde(args.submissions, args.out, solutions=args.solutions, timeout=args.timeout,
                            notebook_timeout=args.notebook_timeout, notebooks=args.notebooks, limits=limits)
-        print(f"wrote {args.out / 'grades.csv'} ({len(grades)} row(s)), {args.out / 'cells.csv'}, "
-              f"feedback in {args.out / 'feedback'}")
+        with open(args.out / "grades.csv", newline="") as fh:
+            rows = sum(1 for _ in csv.DictReader(fh))
+        print(f"wrote {args.out / 'grades.csv'} ({len(grades)} notebook(s) graded now, {rows} row(s) in all), "
+              f"{args.out / 'cells.csv'}, feedback in {args.out / 'feedback'}")
         return 0
     except (GradingError, handout.HandoutError) as err:
         print(f"{prog}: {err}", file=sys.stderr)

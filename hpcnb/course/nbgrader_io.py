@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _BASE = ROOT if (ROOT / "solutions").is_dir() else Path.cwd()
 SOLUTIONS_DIR = _BASE / "solutions"
 EXERCISES_DIR = _BASE / "exercises"
+FEEDBACK_TEMPLATES = Path(__file__).resolve().parent / "feedback"  # hpcnb-feedback/: the students' page
 
 __all__ = ["EXERCISES_DIR", "ROOT", "SOLUTIONS_DIR", "GradingError", "solution_notebooks"]
 
@@ -80,8 +81,17 @@ def _config(course: Path, timeout: int | None = None, limits: Limits | None = No
         c.ExecutePreprocessor.timeout = timeout
         c.Execute.timeout = timeout
     c.Execute.interrupt_on_timeout = True
-    c.HTMLExporter.template_name = "feedback"
+    c.HTMLExporter.template_name = "hpcnb-feedback"  # nbgrader's, naming the exercises: feedback/
+    c.HTMLExporter.template_file = "hpcnb-feedback.html.j2"
+    c.HTMLExporter.extra_template_basedirs = [str(FEEDBACK_TEMPLATES), _nbgrader_templates()]
     return c
+
+
+def _nbgrader_templates() -> str:
+    """nbgrader's own templates folder (its feedback template, which the course's extends)."""
+    import nbgrader
+
+    return str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")
 
 
 def _run_converter(kind: str, course: Path, assignment: str, student: str | None = None,
