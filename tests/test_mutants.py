@@ -146,11 +146,17 @@ def describe(err) -> str:
 
 # ---------------------------------------------------------------------------------- tests
 
-def test_every_exercise_has_a_mutant_that_applies() -> None:
-    """Cheap (no kernel): every solution cell has a mutant, and every mutant still applies."""
-    missing = [f"{SOLUTIONS[nb].name}: {cell}" for nb in SOLUTIONS for cell in exercises(read(nb))
-               if not any(m.notebook == nb and m.cell == cell and not m.passes for m in MUTANTS)]
-    assert not missing, "exercises without a mutant in tests/mutants.py:\n" + "\n".join(missing)
+WRONG_ANSWERS_PER_CELL = 5   # issue 38: at least five plausible wrong answers for every graded cell
+
+
+def test_every_exercise_has_five_wrong_answers_that_apply() -> None:
+    """Cheap (no kernel): every solution cell has at least five wrong answers, and every mutant
+    still applies."""
+    counts = {(nb, cell): sum(m.notebook == nb and m.cell == cell and not m.passes for m in MUTANTS)
+              for nb in SOLUTIONS for cell in exercises(read(nb))}
+    missing = [f"{SOLUTIONS[nb].name}: {cell} has {n}" for (nb, cell), n in counts.items() if n < WRONG_ANSWERS_PER_CELL]
+    assert not missing, (f"graded cells with fewer than {WRONG_ANSWERS_PER_CELL} wrong answers in tests/mutants.py:\n"
+                         + "\n".join(missing))
     ids = [m.id for m in MUTANTS]
     assert len(ids) == len(set(ids)), "mutant ids must be unique"
     for mutant in MUTANTS:
