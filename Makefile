@@ -5,8 +5,8 @@
 #
 # Other targets: setup, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
-#                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root; README
-#                "A portal for a workshop"), test-gpu (on a GPU node: test-artifacts/gpu-report.md),
+#                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root;
+#                docs/portal.md), test-gpu (on a GPU node: test-artifacts/gpu-report.md),
 #                test-gpu-rehearsal (its steps on the CPU), clean.
 # Variables: PYTHON (default python3), VENV (default .venv),
 #            TORCH_INDEX_URL (an extra pip index: https://download.pytorch.org/whl/cpu
@@ -181,7 +181,7 @@ test-real-course: setup
 
 # make portal: a workshop's JupyterHub on this machine (as root), in the foreground: a login page,
 # each user's notebook server a Slurm job. Ctrl-C stops the hub, the proxy and the servers' jobs.
-# Settings (README "A portal for a workshop"; ci/portal.sh reads them from the environment):
+# Settings (docs/portal.md; ci/portal.sh reads them from the environment):
 # PORTAL_USERS (a count or names), PORTAL_PASSWORD, PORTAL_PORT, PORTAL_SLURM (local|real), PORTAL_TIME,
 #            PORTAL_MEM.
 portal: setup

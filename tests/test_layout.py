@@ -14,6 +14,7 @@ import pytest
 import hpcnb
 
 PACKAGE = Path(hpcnb.__file__).parent
+ROOT = PACKAGE.parent
 # the job API (jobs.py and its errors and records), the linter, the command line, which Slurm; and one
 # old name kept as a module
 TOP_LEVEL = {"__init__", "backend", "cli", "jobs", "job_errors", "job_records", "jobscript", "lint", "poller",
@@ -59,3 +60,23 @@ def test_an_unknown_module_is_still_an_import_error():
         importlib.import_module("hpcnb.no_such_module")
     with pytest.raises(AttributeError):
         hpcnb.no_such_module  # noqa: B018
+
+
+def test_the_readme_is_a_door_one_screen_with_the_two_commands_first():
+    """A newcomer's first screen (issue 41): the two commands, what the course is, where to go next;
+    the reference lives in docs/, each page linked from the README."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 60, "README.md: keep it to one screen; move reference to docs/"
+    first_block = readme.split("```")[1]
+    assert "make lab" in first_block and "make test" in first_block
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"docs/{page.name} is not linked from README.md"
+
+
+@pytest.mark.parametrize("document", ["README.md", "INSTRUCTORS.md", "ARCHITECTURE.md", "notebooks/README.md",
+                                      *[f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))]])
+def test_every_relative_link_of_the_documents_resolves(document):
+    path = ROOT / document
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
+    broken = [t for t in targets if not re.match(r"^[a-z]+:", t) and not (path.parent / t).exists()]
+    assert not broken, f"{document}: links to nothing: {broken}"
