@@ -68,3 +68,28 @@ def test_largest_width_fits_the_budget_and_the_next_does_not() -> None:
     assert largest_width(budget, per, 4) == 300
     assert largest_width(budget, per / 2, 4) > 300   # half the bytes a parameter: a wider model fits
     assert largest_width(1, per, 4) == 0
+
+
+def test_a_dcp_checkpoint_of_model_and_adam_goes_on_training_on_fewer_ranks(workdir) -> None:
+    """Lesson 14 (issue 39 item 3): two FSDP ranks save model, Adam and step in one dcp.save; one
+    rank resumes from it: the same step and held-out loss, and Adam's own state (its step count),
+    which the weights alone with a fresh Adam do not have."""
+    import subprocess
+    import sys
+
+    train = f"'{sys.executable}' -m hpcnb.scripts.sharded_train --width 256 --depth 2"
+    saved = subprocess.run(["sbatch", "--wait", "-N2", "-n2", "-o", "save.out", "--wrap",
+                            f"srun {train} --strategy fsdp --steps 6 --save ckpt"], capture_output=True, text=True,
+                           timeout=300)
+    assert saved.returncode == 0, (saved.stderr, (workdir / "save.out").read_text())
+    resumed = subprocess.run(["sbatch", "--wait", "-n1", "-o", "resume.out", "--wrap",
+                              f"srun {train} --resume ckpt --steps 3; srun {train} --resume ckpt --weights-only --steps 3"],
+                             capture_output=True, text=True, timeout=300)
+    out = (workdir / "resume.out").read_text()
+    assert resumed.returncode == 0, (resumed.stderr, out)
+    runs = [json.loads(line.removeprefix("RESUMED ")) for line in out.splitlines() if line.startswith("RESUMED ")]
+    restored, fresh = sorted(runs, key=lambda r: r["weights_only"])
+    assert restored["world"] == 1 and restored["step"] == 6
+    assert restored["found_loss"] == restored["saved_loss"] == fresh["found_loss"]   # the model as saved
+    assert (restored["adam_step"], fresh["adam_step"]) == (6, 0), runs   # Adam's state came back, or not
+    assert restored["then"] != fresh["then"]   # and it changes where training goes
