@@ -140,3 +140,29 @@ def test_a_rehearsal_leaves_the_projects_own_tests_to_make_test(tmp_path: Path) 
     ran = gpucheck.tests_step(runner, False, "unit tests", ["--version"], 30)
     assert (skipped.state, skipped.note) == ("skipped", "a rehearsal: make test runs these on the CPU")
     assert ran.state == "ok" and "pytest" in ran.output
+
+
+def test_the_step_across_nodes_runs_inside_an_allocation_of_two_and_says_how_elsewhere(tmp_path: Path) -> None:
+    """make test-gpu inside ``salloc -N2``: one rank per node all-reduces through the allocation's
+    srun (here the local Slurm's two nodes, gloo on their CPUs; NCCL on GPU nodes); outside one it
+    is skipped with the way to get one (issue 39 item 7)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")}
+    outside = subprocess.run([sys.executable, "-c", CALL_ACROSS_NODES, str(tmp_path)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    said = [line for line in outside.stdout.splitlines() if " | " in line]
+    assert said[0].startswith("skipped | not inside an allocation of 2 or more nodes: salloc -N2"), outside
+    inside = subprocess.run(["salloc", "-N2", "-n2", "--mem=3G", "--gpus-per-node=1", sys.executable, "-c", CALL_ACROSS_NODES,
+                             str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    said = [line for line in inside.stdout.splitlines() if " | " in line]
+    assert said and said[0].startswith("ok | gloo, 2 ranks on 2 nodes, sum right, bus bandwidth"), (inside.stdout,
+                                                                                                  inside.stderr)
+
+
+CALL_ACROSS_NODES = """
+import os, sys
+from pathlib import Path
+from hpcnb.course import gpucheck
+step = gpucheck.across_nodes_step(gpucheck.Runner(dict(os.environ), budget_s=280), Path(sys.argv[1]))
+print(step.state, "|", step.note)
+print(step.output)
+"""

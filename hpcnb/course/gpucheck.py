@@ -2,8 +2,8 @@
 the course's GPU paths on one GPU of the site's GPU node, run by an instructor before a workshop.
 
 Each step is bounded, and all of them together by :data:`BUDGET_S`: the CUDA-only unit tests,
-lesson 7's benchmark, every job-side script through the local Slurm with ``--gres=gpu:1``,
-lesson 6's job, and lessons 6 and 7 under nbval where the course's venv (nbval) is installed. It
+lesson 7's benchmark, every job-side script through the local Slurm with ``--gres=gpu:1``, an NCCL
+all-reduce across two nodes when the check runs inside an allocation of two or more, lesson 6's job, and lessons 6 and 7 under nbval where the course's venv (nbval) is installed. It
 writes ``test-artifacts/gpu-report.md``: the card, driver and torch, each step's state and time,
 lesson 7's table and lesson 6's verdicts. Without a GPU it says so, runs nothing and exits 0.
 
@@ -67,7 +67,9 @@ JOBS = (
     Job("l14-fsdp-cpu", "hpcnb.scripts.sharded_train --strategy fsdp --save shards", CPU_ONLY, tasks=2),
     Job("l14-load-gpu", "hpcnb.scripts.sharded_train --load shards"),
     Job("l15-ddp", "hpcnb.scripts.faulty_ddp --fault none"),
+    Job("allreduce-1gpu", "hpcnb.scripts.allreduce_check --mib 64"),   # the step across nodes, on one GPU
 )
+ACROSS_NODES = "NCCL all-reduce across 2 nodes"
 #: the job-side scripts JOBS leaves out, and why
 NOT_ON_A_GPU = {"container_ddp": "gloo inside the course's Charliecloud image (lesson 3b): a CPU path"}
 LESSON6 = "notebooks/06-single-device-tuning.ipynb"
@@ -94,7 +96,9 @@ class Runner:
         self.env, self.steps, self.budget_s = env, [], budget_s
         self.deadline = time.monotonic() + budget_s
 
-    def run(self, name: str, argv: list[str], timeout_s: float, cwd: Path = ROOT) -> Step:
+    def run(self, name: str, argv: list[str], timeout_s: float, cwd: Path = ROOT,
+            env: dict[str, str] | None = None) -> Step:
+        """Run one step (in the steps' environment, or ``env``)."""
         left = self.deadline - time.monotonic()
         if left < 5:
             return self.add(Step(name, "not run", 0.0, f"the {self.budget_s:.0f} s budget was spent"))
@@ -102,7 +106,7 @@ class Runner:
         print(f"== {name} ...", flush=True)
         # its own process group: on a timeout its children (kernels, srun) go with it
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                                env=self.env, start_new_session=True)
+                                env=self.env if env is None else env, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
@@ -260,6 +264,7 @@ def run_steps(runner: Runner, work: Path, rehearse: bool = False) -> tuple[Step,
         else:
             job_step(runner, job.name, f"srun --kill-on-bad-exit=1 {job.before}{sys.executable} -m {job.module}", work,
                      tasks=job.tasks)
+    across_nodes_step(runner, work)
     lesson6 = work / "lesson6"
     lesson6.mkdir()
     write_cells(ROOT / LESSON6, lesson6)
@@ -271,6 +276,27 @@ def run_steps(runner: Runner, work: Path, rehearse: bool = False) -> tuple[Step,
             "--nbval-lax", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300",
             LESSON6, LESSON7], 300)
     return lesson7, lesson6
+
+
+def across_nodes_step(runner: Runner, work: Path) -> Step:
+    """Inside an allocation of two or more nodes (``salloc -N2 --gpus-per-node=1``, then ``make
+    test-gpu``): one rank per node all-reduces through the allocation's own ``srun`` (NCCL between
+    GPU nodes: the site's network and its plugin); elsewhere the step says how to get one."""
+    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+    srun = shutil.which("srun")   # the allocation's Slurm (the user's PATH), not the check's local one
+    if nodes < 2 or srun is None:
+        return runner.add(Step(ACROSS_NODES, "skipped", 0.0, "not inside an allocation of 2 or more nodes: "
+                               "salloc -N2 --gpus-per-node=1, then make test-gpu in it"))
+    env = {**os.environ, "PYTHONPATH": runner.env.get("PYTHONPATH", "")}   # the allocation's Slurm, not the check's
+    step = runner.run(ACROSS_NODES, [srun, "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=1",
+                                     sys.executable, "-m", "hpcnb.scripts.allreduce_check"], 180, cwd=work, env=env)
+    found = re.search(r"^ALLREDUCE (\{.*\})$", step.output, re.M)
+    if found:
+        result = json.loads(found[1])
+        step.note = (f"{result['backend']}, {result['ranks']} ranks on {result['nodes']} nodes, sum "
+                     f"{'right' if result['sum_right'] else 'WRONG'}, bus bandwidth {result['bus_gbs']:.1f} GB/s; "
+                     + step.note).rstrip("; ")
+    return step
 
 
 def tests_step(runner: Runner, rehearse: bool, name: str, args: list[str], timeout_s: float) -> Step:
