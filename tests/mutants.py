@@ -2707,31 +2707,32 @@ job.wait(timeout=300, quiet=True)
 norms = {rank: r["norm"] for loaded in read_records(job.output_path.read_text()).values() for rank, r in loaded.items()}
 '''),),
            shows='14.3: load the checkpoint in 3 ranks'),  # as a student
-    Mutant("14", "ex3-solution", "saved-norm", "copies the saved model's norm for every rank instead of reading each rank's",
+    Mutant("14", "ex3-solution", "three-steps", "loads in three one-task steps: each process loads the whole model alone",
            (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",
              nodes=2, ntasks=3, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
 reshard_job = job.id
 job.wait(timeout=300, quiet=True)
 norms = {rank: r["norm"] for rank, r in read_records(job.output_path.read_text())["load-3"].items()}
 ''',
-             '''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",
+             '''job = submit(wrap="for i in 0 1 2; do srun --ntasks=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4; done",
              nodes=2, ntasks=3, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
 reshard_job = job.id
 job.wait(timeout=300, quiet=True)
-norms = {rank: runs["fsdp"][0]["norm"] for rank in range(3)}   # the model is the same on every rank
+records = read_records(job.output_path.read_text())
+norms = {rank: r["norm"] for rank, r in enumerate(next(iter(records.values())).values())}
 '''),),
-           shows="14.3: each rank's norm from its own record under load-3"),  # as a student
+           shows="14.3: load the checkpoint in 3 ranks"),  # as a student
     Mutant("14", "ex1-solution", "rank-share", "divides by the rank's share of the parameters, not the whole model's",
            (('/ r["n_params"] for r in ranks.values())', '/ (r["n_params"] / len(ranks)) for r in ranks.values())'),),
            shows="14.1: rank 0 holds 160 bytes for a model of 20 parameters"),
     Mutant("14", "ex2-solution", "strictly-below", "calls a part split only below three quarters, not at it",
            (("<= 0.75 *", "< 0.75 *"),), shows="14.2: 'at most three quarters'"),
-    Mutant("14", "ex3-solution", "rank-0-norm", "takes rank 0's norm for every rank",
-           (('norms = {rank: r["norm"] for rank, r in read_records(job.output_path.read_text())["load-3"].items()}',
-             'loaded_norms = read_records(job.output_path.read_text())["load-3"]\n'
-             'norms = {rank: loaded_norms[0]["norm"] for rank in loaded_norms}'),),
-           shows="14.3: each rank's norm from its own record under load-3"),
-    # ------------------------------------------------------- 15 distributed hangs
+    Mutant("14", "ex3-solution", "own-checkpoint", "trains again on 3 ranks and loads that new checkpoint, not the saved one",
+           (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",''',
+             '''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --strategy fsdp --save ckpt3 "
+                  "--width 256 --depth 4 --steps 3 && "
+                  "srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt3 --width 256 --depth 4",'''),),
+           shows="14.3: each rank's full norm must be the saved model's"),  # as a student
     Mutant("15", "ex1-solution", "outermost", "takes the outermost frame of the script (the <module> line), not the innermost",
            (("if reading[rank] == 0 and Path(frame[1]).name == script:", "if Path(frame[1]).name == script:"),),
            shows="15.1: rank 1 waits in read_batch, line 75"),
