@@ -150,6 +150,20 @@ def test_collect_refuses_a_folder_a_student_prepared(student: str, shared: Path,
 
 
 @needs_root
+def test_autograde_refuses_an_out_folder_a_student_prepared(student: str, shared: Path, tmp_path: Path) -> None:
+    """autograde's --out as collect's SUBMISSIONS: a grades/ a student made first (a link to a root
+    file in it, named as grades.csv) is refused before anything is graded or written."""
+    target = _root_file(tmp_path)
+    out = shared / "grades"
+    _as(student, "mkdir", "-p", str(out))
+    _as(student, "ln", "-s", str(target), str(out / "grades.csv"))
+    (tmp_path / "subs").mkdir()
+    with pytest.raises(grading.GradingError, match=f"{out}: belongs to {student}, not root"):
+        autograde(tmp_path / "subs", out, quiet=True)
+    assert target.read_bytes() == SECRET
+
+
+@needs_root
 def test_collect_skips_a_directory_a_fifo_and_a_link_and_takes_the_rest(student: str, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     exercises = _hand_in(student, ["01-ok.ipynb", "02-ok.ipynb", "05-ok.ipynb"])

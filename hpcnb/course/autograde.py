@@ -224,6 +224,17 @@ def _grade_one(course: Path, assignment: str, student: str, timeout: int, limits
     return 0
 
 
+def _check_out(out: Path) -> None:
+    """--out as collect's SUBMISSIONS: made (0700) when missing, else the caller's and writable by no
+    one else (never a link), so that nothing in it was prepared by another user."""
+    from hpcnb.course.handout import HandoutError, own_folder
+
+    try:
+        os.close(own_folder(out))
+    except HandoutError as err:
+        raise GradingError(str(err)) from None
+
+
 def autograde(
     submissions: Path,
     out: Path,
@@ -263,11 +274,11 @@ def autograde(
         sources = {k: v for k, v in sources.items() if k in wanted}
     if not sources:
         raise GradingError(f"no solution notebooks in {solutions}: nothing to grade against")
+    _check_out(out)
     _check_sandbox(solutions, submissions)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     students = _students(submissions, say)
     grades: list[NotebookGrade] = []
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hpcnb-autograde-") as tmp:
         course = Path(tmp)
         _build_source(course, sources)

@@ -32,8 +32,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # O_NONBLOCK: a FIFO cannot stop the run
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
-__all__ = ["COURSE_DIR", "MAX_BYTES", "HandoutError", "Outcome", "collect", "collect_from", "portal_users",
-           "return_feedback"]
+__all__ = ["COURSE_DIR", "MAX_BYTES", "HandoutError", "Outcome", "collect", "collect_from", "own_folder",
+           "portal_users", "return_feedback"]
 
 
 class HandoutError(RuntimeError):
@@ -123,7 +123,7 @@ def _check_owned(fd: int, path: str, owner: pwd.struct_passwd) -> None:
                            f"chmod go-w {path}, or choose another folder")
 
 
-def _own_folder(path: Path) -> int:
+def own_folder(path: Path) -> int:
     """A descriptor of ``path``, made (0700) when missing, which must be the caller's and not writable
     by others (never a link); the caller closes it."""
     path = Path(os.path.abspath(path))
@@ -254,7 +254,7 @@ def collect(users: Iterable[str], submissions: Path, *, course_dir: str = COURSE
     ``submissions/<user>/`` (all users looked up first: a wrong name changes nothing)."""
     accounts = {name: _user(name) for name in users}
     submissions = Path(submissions)
-    submissions_fd = _own_folder(submissions)
+    submissions_fd = own_folder(submissions)
 
     def take(name: str) -> list[str]:
         folder = _open_dirs(accounts[name].pw_dir, [course_dir, "exercises"])
@@ -295,7 +295,7 @@ def collect_from(source: Path, submissions: Path, *, say: Callable[[str], None] 
     folder = _open_dirs(str(source), [])
     try:
         students = _students_in(folder, source)
-        submissions_fd = _own_folder(submissions)
+        submissions_fd = own_folder(submissions)
 
         def take(student: str) -> list[str]:
             inside = students[student]
