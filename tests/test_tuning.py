@@ -11,6 +11,9 @@ import pytest
 
 from hpcnb.lessons import precision
 from hpcnb.lessons import tuning as tu
+from hpcnb.lessons.tuning import compiling as tu_compiling
+from hpcnb.lessons.tuning import measure as tu_measure
+from hpcnb.lessons.tuning import rows as tu_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,10 +119,10 @@ def test_measure_step_and_loop_return_positive_throughput() -> None:
 
 
 def test_block_rates_are_the_slowest_and_fastest_block() -> None:
-    assert tu._block_rates(10.0, [(100, 11.0), (300, 12.0), (350, 12.5)]) == \
+    assert tu_measure._block_rates(10.0, [(100, 11.0), (300, 12.0), (350, 12.5)]) == \
         {"samples_per_s_min": 100.0, "samples_per_s_max": 200.0}
-    assert tu._block_rates(10.0, [(100, 12.0)]) == {"samples_per_s_min": 50.0, "samples_per_s_max": 50.0}
-    assert tu._block_rates(10.0, []) == {}
+    assert tu_measure._block_rates(10.0, [(100, 12.0)]) == {"samples_per_s_min": 50.0, "samples_per_s_max": 50.0}
+    assert tu_measure._block_rates(10.0, []) == {}
 
 
 def test_before_after_rows_carry_the_median_and_the_range_of_their_runs(tmp_path: Path) -> None:
@@ -156,14 +159,14 @@ def test_batch_sweep_measures_each_size() -> None:
 def test_batch_sweep_stops_at_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    real = tu._measure_step
+    real = tu_measure._measure_step
 
     def fake(cfg, **kw):
         if cfg.batch_size >= 16:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(cfg, **kw)
 
-    monkeypatch.setattr(tu, "_measure_step", fake)
+    monkeypatch.setattr(tu_measure, "_measure_step", fake)
     rows = tu.sweep_batch_size(tu.Config(), sizes=[4, 8, 16, 32], dev="cpu", seconds=0.01)
     assert [r["status"] for r in rows] == ["ok", "ok", "OOM"]
     assert "out of memory at batch 16" in rows[-1]["note"]
@@ -171,7 +174,7 @@ def test_batch_sweep_stops_at_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_other_errors_are_not_mistaken_for_oom(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tu._measure_step
+    real = tu_measure._measure_step
 
     def broken(cfg, **kw):
         if cfg.batch_size == 4:
@@ -180,7 +183,7 @@ def test_other_errors_are_not_mistaken_for_oom(monkeypatch: pytest.MonkeyPatch) 
             raise RuntimeError("input tensor must fit into 32-bit index math")
         return real(cfg, **kw)
 
-    monkeypatch.setattr(tu, "_measure_step", broken)
+    monkeypatch.setattr(tu_measure, "_measure_step", broken)
     with pytest.raises(RuntimeError, match="shapes"):  # at the first size: a real error, raised
         tu.sweep_batch_size(tu.Config(), sizes=[4], dev="cpu")
     rows = tu.sweep_batch_size(tu.Config(), sizes=[8, 16, 32], dev="cpu", seconds=0.01)
@@ -230,7 +233,7 @@ def test_compile_is_skipped_with_a_note_when_unavailable_or_over_budget(monkeypa
     ds = tu.SyntheticImages(n=16, work=0)
     rows = tu.measure_compile(tu.Config(batch_size=8), ds, dev="cpu", budget_s=0.5)
     assert len(rows) == 1 and rows[0]["status"] == "skipped" and "budget" in rows[0]["note"]
-    monkeypatch.setattr(tu, "compile_available", lambda: (False, "no C++ compiler"))
+    monkeypatch.setattr(tu_compiling, "compile_available", lambda: (False, "no C++ compiler"))
     rows = tu.measure_compile(tu.Config(batch_size=8), ds, dev="cpu")
     assert rows[0]["status"] == "skipped" and "unavailable: no C++ compiler" in rows[0]["note"]
 
@@ -238,7 +241,7 @@ def test_compile_is_skipped_with_a_note_when_unavailable_or_over_budget(monkeypa
 # --------------------------------------------------------------------------- choosing and storing
 
 def _rows(*rates: float, experiment: str = "x") -> list[dict]:
-    return [tu._row(experiment, str(i), "loop", tu.Config(num_workers=i), "cpu", samples_per_s=r)
+    return [tu_rows._row(experiment, str(i), "loop", tu.Config(num_workers=i), "cpu", samples_per_s=r)
             for i, r in enumerate(rates)]
 
 
@@ -262,7 +265,7 @@ def test_best_config_keeps_a_change_only_beyond_its_spread() -> None:
 
 
 def test_pick_batch_takes_the_knee() -> None:
-    rows = [tu._row("batch_size", str(b), "step", tu.Config(batch_size=b), "cpu", samples_per_s=r)
+    rows = [tu_rows._row("batch_size", str(b), "step", tu.Config(batch_size=b), "cpu", samples_per_s=r)
             for b, r in [(16, 500), (32, 880), (64, 960), (128, 1000), (2048, 5000)]]
     assert tu.pick_batch(rows, tolerance=0.10, cap=1024) == 64
     assert tu.pick_batch(rows, tolerance=0.10, cap=None) == 2048
@@ -290,8 +293,8 @@ def test_markdown_table_and_plot() -> None:
     lines = text.splitlines()
     assert lines[0] == "| setting | samples_per_s | pin_memory | note |"
     assert "1,234" in lines[2] and "| no |" in lines[2]
-    rows = ([tu._row("batch_size", "8", "step", tu.Config(batch_size=8), "cpu", samples_per_s=10.0),
-             tu._row("batch_size", "16", "step", tu.Config(batch_size=16), "cpu", status="OOM")]
+    rows = ([tu_rows._row("batch_size", "8", "step", tu.Config(batch_size=8), "cpu", samples_per_s=10.0),
+             tu_rows._row("batch_size", "16", "step", tu.Config(batch_size=16), "cpu", status="OOM")]
             + _rows(5, 6, experiment="num_workers") + _rows(5, 9, experiment="before_after"))
     fig = tu.plot_tuning(rows)
     assert len(fig.axes) == 3
@@ -326,7 +329,7 @@ def _profile(load: tuple[float, float], step: tuple[float, float], loop: float) 
     """profile_split-like rows from (slowest, fastest) samples/s of loading and of the step alone."""
     rows = []
     for name, (low, high) in (("data loading only", load), ("model step only", step), ("training loop", (loop, loop))):
-        rows.append(tu._row("profile", name, "profile", tu.Config(batch_size=1024), "cuda",
+        rows.append(tu_rows._row("profile", name, "profile", tu.Config(batch_size=1024), "cuda",
                             samples_per_s=(low + high) / 2, samples_per_s_min=low, samples_per_s_max=high))
     return rows
 
@@ -352,7 +355,7 @@ def test_profile_split_rows_carry_their_spread_and_name_a_bottleneck() -> None:
 
 
 def _sweep(*rates: tuple[float, float]) -> list[dict]:
-    return [tu._row("batch_size", str(16 * 2**i), "step", tu.Config(batch_size=16 * 2**i), "cuda",
+    return [tu_rows._row("batch_size", str(16 * 2**i), "step", tu.Config(batch_size=16 * 2**i), "cuda",
                     samples_per_s=(lo + hi) / 2, samples_per_s_min=lo, samples_per_s_max=hi)
             for i, (lo, hi) in enumerate(rates)]
 
@@ -371,10 +374,10 @@ def test_batch_sweep_ends_at_the_plateau_with_a_note(monkeypatch: pytest.MonkeyP
 
     def fake(cfg, **kw):
         r = rates[cfg.batch_size]
-        return tu._row("batch_size", str(cfg.batch_size), "step", cfg, "cpu", samples_per_s=r,
+        return tu_rows._row("batch_size", str(cfg.batch_size), "step", cfg, "cpu", samples_per_s=r,
                        samples_per_s_min=0.95 * r, samples_per_s_max=1.05 * r)
 
-    monkeypatch.setattr(tu, "_measure_step", fake)
+    monkeypatch.setattr(tu_measure, "_measure_step", fake)
     rows = tu.sweep_batch_size(tu.Config(), sizes=[4, 8, 16, 32, 64], dev="cpu")
     assert [r["batch_size"] for r in rows] == [4, 8, 16, 32]
     assert "stopped growing" in rows[-1]["note"]
@@ -412,7 +415,7 @@ def test_compile_budget_is_longer_on_a_gpu_and_the_skip_says_whose() -> None:
 
 def test_new_knobs_round_trip_through_csv(tmp_path: Path) -> None:
     cfg = tu.Config(data_on_device=True, tf32=True, channels_last=True)
-    row = tu._row("device", "x", "loop", cfg, "cuda", samples_per_s=1.0)
+    row = tu_rows._row("device", "x", "loop", cfg, "cuda", samples_per_s=1.0)
     assert tu.Config.from_row(tu.read_rows(tu.write_rows(tmp_path / "r.csv", [row]))[0]) == cfg
 
 
@@ -432,7 +435,7 @@ def test_on_a_gpu_the_batches_are_made_there_and_tf32_follows_the_config() -> No
     rows = tu.compare_device_options(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda", epochs=1)
     assert [r["setting"] for r in rows] == ["current", "tf32=True", "channels_last=True"]
     assert all(r["status"] == "ok" for r in rows)
-    tu._Trainer(tu.Config(tf32=False), "cuda")
+    tu_measure._Trainer(tu.Config(tf32=False), "cuda")
     assert precision.tf32_state() in ({'matmul': 'ieee', 'conv': 'ieee'}, {'matmul': False, 'conv': False})
     name, _ = tu.bottleneck(tu.profile_split(tu.Config(batch_size=32, data_on_device=True), ds, dev="cuda"))
     assert name in ("data loading", "the device", "no conclusion")
