@@ -5,7 +5,7 @@ in its own process (``nbgrader autograde``: submitted test cells are replaced by
 ones are added back, hidden tests come back; every cell runs under ``ExecutePreprocessor.timeout``),
 then ``grades.csv``, ``cells.csv``, feedback HTML (``nbgrader generate_feedback``) per student, the
 autograded notebooks and the gradebook are written. nbgrader runs as the instructor; the student's
-code runs only in the kernel, which nbgrader's Execute (:class:`hpcnb.course.sandbox.SandboxedExecute`)
+code runs only in the kernel, which nbgrader's Execute (:class:`hpcnb.course.sandbox_jupyter.SandboxedExecute`)
 starts in a bubblewrap sandbox of its own.
 """
 from __future__ import annotations

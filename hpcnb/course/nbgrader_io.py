@@ -68,7 +68,7 @@ def _config(course: Path, timeout: int | None = None, limits: Limits | None = No
         from nbgrader.converters import Autograde
         from nbgrader.preprocessors import Execute
 
-        from hpcnb.course.sandbox import SandboxedExecute
+        from hpcnb.course.sandbox_jupyter import SandboxedExecute
 
         default = Autograde.class_traits()["autograde_preprocessors"].default()
         c.Autograde.autograde_preprocessors = [SandboxedExecute if p is Execute else p for p in default]

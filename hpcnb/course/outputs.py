@@ -8,7 +8,7 @@ says so, once (:meth:`OutputBudget.cut`); the notebook ends with a list of the c
 (:meth:`OutputBudget.summary`). An error is kept even past the budget, one a cell and shortened
 (:func:`trim_error`): it decides the cell's grade.
 
-The grader's side counts (:class:`hpcnb.course.sandbox.SandboxedExecute`): the kernel's own caps run
+The grader's side counts (:class:`hpcnb.course.sandbox_jupyter.SandboxedExecute`): the kernel's own caps run
 in the student's process, which the student may change.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A cell of the student's own can make every ``assert`` pass: an ``ast.NodeTransformer`` in IPython's
 ``ast_transformers``, an ``input_transformers_post`` entry that empties each cell, a ``sys.settrace``
 function that jumps over the failing line, a patched ``builtins.AssertionError`` or ``__import__``,
-a replaced ``run_cell``. The grader (:class:`hpcnb.course.sandbox.SandboxedExecute`) checks twice
+a replaced ``run_cell``. The grader (:class:`hpcnb.course.sandbox_jupyter.SandboxedExecute`) checks twice
 around each graded cell, with requests the student's code does not see in the notebook:
 
 * a *canary*: an ``assert`` that must fail, run as a cell is (transformers, trace, events): it

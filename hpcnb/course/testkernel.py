@@ -668,7 +668,7 @@ class TestKernel:
     __test__ = False  # not a pytest class
 
     def __init__(self, connection_file: Path, sandbox_pid: int) -> None:
-        from hpcnb.course.sandbox import SandboxKernelClient
+        from hpcnb.course.sandbox_jupyter import SandboxKernelClient
 
         self.client = SandboxKernelClient()
         self.client.load_connection_file(os.fspath(connection_file))
