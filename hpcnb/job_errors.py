@@ -1,10 +1,14 @@
 """The errors and warnings of the job API (:mod:`hpcnb.jobs`), which it re-exports."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from hpcnb.jobs import Job
+
+class HasJobId(Protocol):
+    """What an error needs of a job: its id (a :class:`hpcnb.jobs.Job`; no import back to it)."""
+
+    id: str
+
 
 class SlurmError(RuntimeError):
     """A Slurm command failed. ``stderr`` and ``exit_code`` are the command's own."""
@@ -26,7 +30,7 @@ class JobNotFound(SlurmError, LookupError):
 class JobFailed(RuntimeError):
     """``wait(check=True)``: the job ended in a state other than COMPLETED."""
 
-    def __init__(self, job: Job, state: str, exit_code: int | None, tail: str) -> None:
+    def __init__(self, job: HasJobId, state: str, exit_code: int | None, tail: str) -> None:
         code = "" if exit_code is None else f" with exit code {exit_code}"
         where = f"\n--- last lines of its output ---\n{tail.rstrip()}" if tail.strip() else ""
         super().__init__(f"job {job.id} ended {state}{code}{where}")

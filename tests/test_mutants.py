@@ -144,6 +144,24 @@ def describe(err) -> str:
     return ANSI.sub("", str(err))[-3000:]
 
 
+@pytest.fixture
+def no_jobs_left():
+    """Cancel what a run left in this worker's local Slurm (a wrong answer's job that hangs until
+    its time limit, a cell stopped mid-way): else the next run's jobs queue behind it for minutes."""
+    yield
+    import getpass
+    import subprocess
+    import time
+
+    subprocess.run(["scancel", "-u", getpass.getuser()], capture_output=True, timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=60)
+        if left.returncode == 0 and not left.stdout.strip():
+            return
+        time.sleep(0.5)
+
+
 # ---------------------------------------------------------------------------------- tests
 
 WRONG_ANSWERS_PER_CELL = 5   # issue 38: at least five plausible wrong answers for every graded cell
@@ -177,6 +195,7 @@ def test_every_exercise_has_five_wrong_answers_that_apply() -> None:
 @runs_notebooks
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
+@pytest.mark.usefixtures("no_jobs_left")
 def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
     if mutant.apart:
         from hpcnb.localslurm.apart import mode
@@ -211,6 +230,7 @@ SOLVED = [(nb, cell) for nb in SOLUTIONS for cell in exercises(read(nb))]
 @pytest.mark.skipif(MODE != "all", reason="the real solutions here too: HPCNB_MUTANTS=all")
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook, cell", SOLVED, ids=[f"{nb}-{c.removesuffix('-solution')}" for nb, c in SOLVED])
+@pytest.mark.usefixtures("no_jobs_left")
 def test_solution_passes(notebook: str, cell: str, tmp_path: Path) -> None:
     """The control: the exercise with its real solution passes in this runner."""
     nb = copy.deepcopy(read(notebook))
@@ -224,6 +244,7 @@ EXERCISES = {p.stem.split("-")[0]: p for p in sorted((ROOT / "exercises").glob("
 @runs_notebooks
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook", sorted(EXERCISES))
+@pytest.mark.usefixtures("no_jobs_left")
 def test_unanswered_says_so(notebook: str, tmp_path: Path) -> None:
     """The exercise notebook as a student gets it (exercises/, every answer still the stub): after
     the setup, each answer cell raises NotImplementedError and its graded test cell then says that
