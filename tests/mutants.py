@@ -2954,4 +2954,59 @@ ops = running_ops(job.output_path.read_text())
     Mutant("15", "ex3-solution", "one-digit", "reads a rank as one digit",
            ((r'r"Rank (\d+) is running collective', r'r"Rank (\d) is running collective'),),
            shows="15.3: 12 ranks: two-digit ranks"),
+    Mutant("15", "ex4-solution", "with-backend", "keeps the backend in the op's name: 'gloo:all_reduce'",
+           (('e["profiling_name"].split(":", 1)[-1]', 'e["profiling_name"]'),),
+           shows="15.4: ranks 0 and 2 wait in an all_reduce (the op without its 'gloo:' prefix)"),
+    Mutant("15", "ex4-solution", "unsorted", "lists the stuck ranks in the dumps' order, not sorted",
+           (("return seq, op, sorted(rank for rank, o in here.items() if o != op)",
+             "return seq, op, [rank for rank, o in here.items() if o != op]"),),
+           shows="15.4: two ranks stuck, one with no entry, one in a barrier: stuck is the sorted list [1, 3]"),
+    Mutant("15", "ex4-solution", "missing-is-fine", "counts only a rank in another op as stuck, not a rank with no entry",
+           (("return seq, op, sorted(rank for rank, o in here.items() if o != op)",
+             "return seq, op, sorted(rank for rank, o in here.items() if o is not None and o != op)"),),
+           shows="15.4: rank 2 has no entry at sequence id 5"),
+    Mutant("15", "ex4-solution", "majority-of-all", "takes the majority over every rank, a missing entry included",
+           (("collections.Counter(o for o in here.values() if o is not None)", "collections.Counter(here.values())"),),
+           shows="15.4: three ranks never got there: the op is the one most ranks *with an entry* recorded"),
+    Mutant("15", "ex4-solution", "by-state", "trusts the entries' state: the first one not completed",  # as a student
+           (('''def first_mismatch(dumps):
+    ops = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":", 1)[-1] for e in dump["entries"]}
+           for rank, dump in dumps.items()}   # rank -> {sequence id: op}
+    for seq in sorted(set().union(*ops.values())):
+        here = {rank: seen.get(seq) for rank, seen in ops.items()}   # None: no entry
+        if len(set(here.values())) > 1:
+            op = collections.Counter(o for o in here.values() if o is not None).most_common(1)[0][0]
+            return seq, op, sorted(rank for rank, o in here.items() if o != op)
+    return None
+''',
+             '''def first_mismatch(dumps):
+    for rank in sorted(dumps):
+        for entry in dumps[rank]["entries"]:
+            if entry["state"] != "completed":   # the collective this rank hangs in
+                return entry["collective_seq_id"], entry["profiling_name"].split(":")[1], [rank]
+    return None
+'''),),
+           shows="15.4: the ranks' records first differ at sequence id 4"),  # as a student
+    Mutant("15", "ex4-solution", "last-entries", "compares each rank's last entry only",  # as a student
+           (('''def first_mismatch(dumps):
+    ops = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":", 1)[-1] for e in dump["entries"]}
+           for rank, dump in dumps.items()}   # rank -> {sequence id: op}
+    for seq in sorted(set().union(*ops.values())):
+        here = {rank: seen.get(seq) for rank, seen in ops.items()}   # None: no entry
+        if len(set(here.values())) > 1:
+            op = collections.Counter(o for o in here.values() if o is not None).most_common(1)[0][0]
+            return seq, op, sorted(rank for rank, o in here.items() if o != op)
+    return None
+''',
+             '''def first_mismatch(dumps):
+    last = {}
+    for rank, dump in dumps.items():
+        entry = dump["entries"][-1]   # where each rank is now
+        last[rank] = (entry["collective_seq_id"], entry["profiling_name"].split(":")[-1])
+    if len(set(last.values())) == 1:
+        return None
+    seq_id, op = collections.Counter(last.values()).most_common(1)[0][0]
+    return seq_id, op, sorted(rank for rank in last if last[rank] != (seq_id, op))
+'''),),
+           shows="15.4: NCCL's ranks queue collectives ahead"),  # as a student
 ]

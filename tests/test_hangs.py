@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hpcnb.lessons.hangs import Frame, labelled_lines, planted, stack_dumps, where_stuck
 
@@ -100,3 +103,58 @@ def test_no_flight_recorder_no_dump(monkeypatch) -> None:
     monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
     monkeypatch.delenv("TORCH_NCCL_TRACE_BUFFER_SIZE", raising=False)
     assert dump_flight_recorder(0) is None
+
+
+def _torchfrtrace(folder: Path) -> str:
+    """What PyTorch's analyser says of the dumps ``folder/rank_<R>`` (it logs on stderr)."""
+    report = subprocess.run([str(Path(sys.executable).with_name("torchfrtrace")), str(folder), "--prefix", "rank_"],
+                            capture_output=True, text=True, timeout=120)
+    return report.stdout + report.stderr
+
+
+def test_the_recorded_dumps_are_a_real_hang_that_torchfrtrace_reads() -> None:
+    """Exercise 15.4's dumps (package data): faulty_ddp --fault skip --rank 1 on 3 gloo ranks, each
+    rank's recorder as it timed out: ranks 0 and 2 in the 4th all-reduce, rank 1 in the barrier."""
+    from hpcnb.lessons.hangs import FLIGHT_RECORDER_EXAMPLE, read_flight_recorder
+
+    dumps = read_flight_recorder(FLIGHT_RECORDER_EXAMPLE)
+    assert sorted(dumps) == [0, 1, 2]
+    last = {rank: (d["entries"][-1]["collective_seq_id"], d["entries"][-1]["profiling_name"]) for rank, d in dumps.items()}
+    assert last == {0: (4, "gloo:all_reduce"), 1: (4, "gloo:barrier"), 2: (4, "gloo:all_reduce")}
+    said = _torchfrtrace(FLIGHT_RECORDER_EXAMPLE)
+    assert "Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH" in said, said
+
+
+def test_reading_dumps_that_are_not_there_or_not_dumps_fails_clearly(tmp_path) -> None:
+    from hpcnb.lessons.hangs import read_flight_recorder
+
+    with pytest.raises(FileNotFoundError, match="no flight-recorder dump"):
+        read_flight_recorder(tmp_path)
+    (tmp_path / "rank_0").write_text("rank=0 step=3 loss=1.0\n")
+    with pytest.raises(ValueError, match="rank_0: not a flight-recorder dump"):
+        read_flight_recorder(tmp_path)
+    (tmp_path / "rank_0").write_bytes(pickle.dumps([1, 2]))
+    with pytest.raises(ValueError, match="rank_0: not a flight-recorder dump"):
+        read_flight_recorder(tmp_path)
+    (tmp_path / "rank_0").write_bytes(pickle.dumps({"entries": [1, 2, 3]})[:-4])   # cut short: the rank was killed
+    with pytest.raises(ValueError, match="rank_0: not a flight-recorder dump"):
+        read_flight_recorder(tmp_path)
+
+
+def test_pretend_dumps_keep_the_recorded_layout_and_torchfrtrace_names_their_culprit(tmp_path) -> None:
+    """The exercise's hidden tests build other hangs from the recorded dumps: PyTorch's analyser
+    reads them as it reads real ones, and names the rank that went elsewhere (here rank 2 of 4)."""
+    from hpcnb.course.probes import flight_recorder_dumps
+    from hpcnb.lessons.hangs import FLIGHT_RECORDER_EXAMPLE, read_flight_recorder
+
+    ops = ["all_reduce"] * 3
+    dumps = flight_recorder_dumps(read_flight_recorder(FLIGHT_RECORDER_EXAMPLE),
+                                  {3: ops, 1: ops, 2: [*ops[:2], "broadcast"], 0: ops}, backend="gloo")
+    assert list(dumps) == [3, 1, 2, 0]   # the order given
+    assert [e["state"] for e in dumps[0]["entries"]] == ["completed", "completed", "started"]
+    assert dumps[2]["pg_config"]["0"]["ranks"] == "[0, 1, 2, 3]"
+    for rank, dump in dumps.items():
+        (tmp_path / f"rank_{rank}").write_bytes(pickle.dumps(dump))
+    assert read_flight_recorder(tmp_path).keys() == {0, 1, 2, 3}
+    said = _torchfrtrace(tmp_path)
+    assert "Culprit rank 2; Error type: COLLECTIVE_TYPE_MISMATCH" in said, said

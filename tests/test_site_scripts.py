@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from hpcnb.course.budget import jobscript_cells
 from hpcnb.lessons.jobscripts import (
     for_site, gpu_options, gpus_per_node, jobscript_magic, partition_for, processes_per_node, site_environment,
 )
@@ -27,21 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROFILES = list_profiles()
 
 
-def _jobscript_cells() -> list[tuple[str, str, int, str]]:
-    """(notebook, file, GPUs per node asked, body) of every %%jobscript cell in the course."""
-    cells = []
-    for notebook in sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]):
-        for cell in json.loads(notebook.read_text())["cells"]:
-            source = "".join(cell["source"])
-            if cell["cell_type"] == "code" and source.startswith("%%jobscript"):
-                magic, _, body = source.partition("\n")
-                words = shlex.split(magic)[1:]
-                gpus = int(words[words.index("--gpus-per-node") + 1]) if "--gpus-per-node" in words else 0
-                cells.append((notebook.name, words[0], gpus, body))
-    return cells
-
-
-CELLS = _jobscript_cells()
+CELLS = jobscript_cells()   # (notebook, file, GPUs per node asked, body) of every %%jobscript cell
 IDS = [f"{nb[:3]}{name}" for nb, name, _, _ in CELLS]
 
 

@@ -331,3 +331,14 @@ def test_per_node_counts_refuse_other_text() -> None:
 
     with pytest.raises(ValueError, match="not a Slurm per-node count: '2x2'"):
         expand_counts("2x2")
+
+
+def test_array_specs_give_task_ids_and_throttle() -> None:
+    from hpcnb.slurm.arrays import parse_array
+
+    assert parse_array("0-5") == ([0, 1, 2, 3, 4, 5], None)
+    assert parse_array("1-10:2%3") == ([1, 3, 5, 7, 9], 3)
+    assert parse_array("7,1,4,4") == ([1, 4, 7], None)
+    for bad in ("5-1", "1-3:0", "0-1001", "a", "1-"):
+        with pytest.raises(ValueError, match="Invalid job array specification"):
+            parse_array(bad)

@@ -6,16 +6,20 @@ whose ``/tmp`` outlives the job), :func:`run_batch_script` runs its text with ba
 of a pretend job on one pretend node: Slurm's batch variables set, ``srun`` a stand-in that starts
 the step's command once, there, and the stand-ins the test asks for (``sleep``, ``tar``...) first on
 ``PATH``. No Slurm is involved: it takes the time the script's own commands take.
+
+:func:`flight_recorder_dumps` makes the flight-recorder dumps of other hangs (other ranks, more
+ranks, other collectives, none stuck) in the layout of the ones recorded from a real hang.
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["JOB_ID", "NODE", "run_batch_script", "unpacked_into"]
+__all__ = ["JOB_ID", "NODE", "flight_recorder_dumps", "run_batch_script", "unpacked_into"]
 
 JOB_ID = "987654"   # the pretend job's id: no real job of the course's has it
 NODE = "node7"      # the pretend node
@@ -104,3 +108,42 @@ def _extracts(words: list[str]) -> bool:
     """Whether tar's arguments ask it to extract (``-xf``, ``xf``, ``--extract``)."""
     old_style = bool(words) and re.fullmatch(r"[A-Za-z]*x[A-Za-z]*", words[0]) is not None
     return old_style or any(w in ("--extract", "--get") or re.fullmatch(r"-[A-Za-z]*x[A-Za-z]*", w) for w in words)
+
+
+def _watchdog_mark(seq: int, completed: int) -> str:
+    """A collective's mark in NCCL's flight recorder, when the last completed one is ``completed``
+    (a flight-recorder entry's, not a Slurm job's)."""
+    return "completed" if seq <= completed else "started" if seq == completed + 1 else "scheduled"
+
+
+def flight_recorder_dumps(example: dict[int, dict], collectives: dict[int, list[str]], *, backend: str = "nccl",
+                          completed: int | None = None) -> dict[int, dict]:
+    """Per-rank flight-recorder dumps of a pretend job, in the layout of the recorded ``example``
+    (rank -> dump, as :func:`hpcnb.lessons.hangs.read_flight_recorder` reads it): rank ``r`` recorded
+    the collectives ``collectives[r]`` (op names: ``"all_reduce"``, ``"barrier"``...) with sequence ids
+    1, 2, ... As NCCL's watchdog marks them: those up to sequence id ``completed`` (default: all but
+    the last) "completed", the next "started", later ones "scheduled"."""
+    template = next(iter(example.values()))
+    first = template["entries"][0]
+    ranks = sorted(collectives)
+    dumps = {}
+    for rank in collectives:   # in the order given: a folder's files come in any order
+        done = len(collectives[rank]) - 1 if completed is None else completed
+        entries = []
+        for i, op in enumerate(collectives[rank]):
+            seq = i + 1
+            entry = copy.deepcopy(first)
+            entry.update(record_id=i, collective_seq_id=seq, op_id=seq, profiling_name=f"{backend}:{op}",
+                         time_created_ns=first["time_created_ns"] + 10_000_000 * i + 1000 * rank,
+                         state=_watchdog_mark(seq, done))
+            entry["frames"][0]["name"] = op
+            entries.append(entry)
+        dump = copy.deepcopy({k: v for k, v in template.items() if k != "entries"})
+        dump["entries"] = entries
+        for config in dump.get("pg_config", {}).values():
+            config["ranks"] = str(ranks)
+        for status in dump.get("pg_status", {}).values():
+            status.update(last_enqueued_collective=len(entries), last_completed_collective=min(done, len(entries)),
+                          last_started_collective=min(done + 1, len(entries)))
+        dumps[rank] = dump
+    return dumps

@@ -8,7 +8,9 @@
 * :func:`planted` says which rank ``hpcnb.scripts.faulty_ddp --fault mystery`` makes hang;
 * :func:`dump_flight_recorder` (in a rank) writes PyTorch's flight recorder, the rank's last
   collectives, where ``torchfrtrace`` reads it: what NCCL's watchdog does by itself on a timeout
-  with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, done by hand for gloo.
+  with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, done by hand for gloo;
+* :func:`read_flight_recorder` reads such dumps back, per rank (the exercises read
+  :data:`FLIGHT_RECORDER_EXAMPLE`, dumps recorded from a real hang of ``faulty_ddp --fault skip``).
 
 No torch at import: the lesson's kernel reads the dumps, the job's ranks write them.
 """
@@ -153,3 +155,28 @@ def dump_flight_recorder(rank: int) -> Path | None:
     partial.write_bytes(pickle.dumps(trace))
     partial.replace(path)   # whole or not at all: srun may end this rank at any moment now
     return path
+
+
+# Recorded on the local Slurm (gloo, torch 2.13): ``faulty_ddp --fault skip --rank 1 --at-step 3 --timeout 5``,
+# 3 tasks on 2 nodes, TORCH_FR_BUFFER_SIZE=2000: rank 1 went to the final barrier, ranks 0 and 2 waited
+# in the 4th all-reduce. A dump of NCCL's process group has the same layout.
+FLIGHT_RECORDER_EXAMPLE = Path(__file__).parent / "data" / "flight-recorder"
+
+
+def read_flight_recorder(folder: str | Path, prefix: str = "rank_") -> dict[int, dict]:
+    """The flight-recorder dumps ``<folder>/<prefix><rank>`` (what ``TORCH_FR_DUMP_TEMP_FILE`` named),
+    unpickled, by rank. Raises FileNotFoundError when there are none, ValueError for a file that is
+    not a dump. Only read dumps you trust: they are pickles."""
+    folder = Path(folder)
+    paths = {int(p.name[len(prefix):]): p for p in folder.glob(f"{prefix}*") if p.name[len(prefix):].isdigit()}
+    if not paths:
+        raise FileNotFoundError(f"no flight-recorder dump {folder / prefix}<rank>")
+    dumps = {}
+    for rank, path in sorted(paths.items()):
+        try:
+            dumps[rank] = pickle.loads(path.read_bytes())
+        except Exception as e:   # a pickle's errors are many (UnpicklingError, EOFError, KeyError...)
+            raise ValueError(f"{path}: not a flight-recorder dump ({e})") from None
+        if not isinstance(dumps[rank], dict) or "entries" not in dumps[rank]:
+            raise ValueError(f"{path}: not a flight-recorder dump (no 'entries')")
+    return dumps

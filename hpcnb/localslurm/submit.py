@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
 import sqlite3
 
-from hpcnb.slurm.bounds import c_int, saturated
+from hpcnb.slurm.arrays import MAX_ARRAY_SIZE, parse_array as array_spec  # noqa: F401  (scontrol shows MaxArraySize)
 from hpcnb.slurm.constraints import as_stored
 
 from . import db, dependencies, envvars, paths, transitions
@@ -17,32 +16,14 @@ from .procs import current_rlimits
 from .names import job_env
 from .request import JobRequest, SubmitError, UsageError
 
-MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize
-
 
 def parse_array(spec: str) -> tuple[list[int], int | None]:
-    """``1-10:2%3`` / ``1,4,7`` -> (task ids, throttle)."""
-    body, _, throttle_text = spec.partition("%")
-    ids: list[int] = []
-    if not body:
-        body = "0"  # "%2" alone: Slurm 22.05 makes it task 0 (captured)
+    """``1-10:2%3`` / ``1,4,7`` -> (task ids, throttle) (:func:`hpcnb.slurm.arrays.parse_array`);
+    a spec Slurm refuses raises SubmitError."""
     try:
-        for part in body.split(","):
-            match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
-            if not match:
-                raise ValueError(part)
-            first = int(match.group(1))
-            last = int(match.group(2)) if match.group(2) else first
-            step = int(match.group(3) or 1)
-            if last < first or step < 1 or last >= MAX_ARRAY_SIZE:  # checked before expanding it
-                raise ValueError(part)
-            ids.extend(range(first, last + 1, step))
-        # %0, %-1, %abc: no limit, as Slurm 22.05 reads them (atoi, which wraps past INT_MAX; captured)
-        limit = c_int(saturated(re.match(r"[0-9]*", throttle_text).group()))
-        throttle = limit if limit > 0 else None
-    except ValueError:
-        raise SubmitError("Invalid job array specification") from None
-    return sorted(set(ids)), throttle
+        return array_spec(spec)
+    except ValueError as err:
+        raise SubmitError(str(err)) from None
 
 
 def exports_all(spec: str | None) -> bool:
@@ -89,6 +70,10 @@ def finalize(req: JobRequest, cluster: Cluster, conn: sqlite3.Connection) -> str
             "Invalid account or account/partition combination specified",
             f"You have to specify a project for your jobs with --{option} (e.g. {cluster.account_directive}).",
         )
+    if cluster.accounts and req.account is not None:
+        if req.account.lower() not in cluster.accounts:  # Slurm keeps account names in lowercase
+            raise SubmitError("Invalid account or account/partition combination specified")
+        req.account = req.account.lower()
     if req.constraint:
         req.constraint = as_stored(req.constraint)  # scontrol's Features= shows a comma as &
     why = never_fits(req, cluster, partition)
@@ -125,7 +110,8 @@ def queue_jobs(
             base = db.next_job_ids(conn, count)
             data = req.to_dict()
             data["array_ids"] = ids if req.array else None
-            time_limit = req.time_limit if req.time_given else cluster.partitions[partition].max_time
+            part = cluster.partitions[partition]
+            time_limit = req.time_limit if req.time_given else (part.default_time or part.max_time)
             now = db.now()
             job_ids = []
             for index, task in enumerate(ids):
@@ -134,7 +120,7 @@ def queue_jobs(
                 transitions.queue(conn, {
                     "id": job_id, "array_job_id": base if task is not None else None, "array_task_id": task,
                     "array_throttle": throttle, "name": db_text(name), "user": user, "uid": os.getuid(),
-                    "account": db_text(req.account), "partition": partition, "kind": kind,
+                    "account": db_text(req.account) or cluster.default_account, "partition": partition, "kind": kind,
                     "reason": _first_reason(req, now), "submit_time": now, "eligible_time": max(now, req.begin or now),
                     "time_limit": time_limit, "held": 1 if req.hold else 0, "req": json.dumps(data),
                     "supervisor_pid": owner_pid, "supervisor_ctime": _ctime(owner_pid),
