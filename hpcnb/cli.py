@@ -13,6 +13,8 @@
   hpcnb kernel install [--user | --sys-prefix | --prefix DIR]
                                           register the course's Jupyter kernel (default: --sys-prefix)
   hpcnb lint [--profile NAME] SCRIPT...   check job scripts (``-`` reads standard input)
+  hpcnb site probe [-o FILE] [--name NAME]
+                                          write a site profile from what the Slurm on PATH says
   hpcnb grading VERB ...                  the instructor's verbs (generate, check, release, collect,
                                           autograde, return): ``hpcnb.course.grading``'s own parser
   hpcnb --version | --help | COMMAND --help
@@ -196,6 +198,41 @@ def _lint(args: argparse.Namespace) -> int:
     return status
 
 
+def _site_probe(args: argparse.Namespace) -> int:
+    """Write the profile of the Slurm on PATH (``-o FILE``, else standard output); 1 if it would not load."""
+    from pathlib import Path
+
+    from hpcnb.sites import ProfileError, load_profile
+    from hpcnb.sites.probe import probe_site, profile_name, render_toml
+
+    out = Path(args.output) if args.output else None
+    stem = out.stem if out and out.suffix == ".toml" else None
+    if out and stem is None:
+        print(f"hpcnb site probe: error: {out}: the profile file must end in .toml", file=sys.stderr)
+        return USAGE
+    name = args.name or stem
+    if stem and name != stem or (name and profile_name(name) != name):
+        print(f"hpcnb site probe: error: the name {name!r} must be a profile name (a-z, 0-9, '-', '_') and "
+              f"match the file name{f' ({stem!r})' if stem else ''}", file=sys.stderr)
+        return USAGE
+    text = render_toml(probe_site(name))
+    if out is None:
+        print(text, end="")
+        return OK
+    try:
+        out.write_text(text, encoding="utf-8")
+        load_profile(out.resolve())
+    except OSError as err:
+        print(f"hpcnb site probe: error: cannot write {out}: {err.strerror}", file=sys.stderr)
+        return FAILED
+    except ProfileError as err:
+        print(f"hpcnb site probe: {out} written, but it does not load yet: {err}", file=sys.stderr)
+        return FAILED
+    print(f"{out} written: use it with HPCNB_PROFILE={out.resolve()} (answer its QUESTION lines first)",
+          file=sys.stderr)
+    return OK
+
+
 def _grading(argv: Sequence[str]) -> int:
     """``hpcnb grading ARGS``: ``hpcnb.course.grading``'s parser and verbs, under this command's name."""
     from hpcnb.course import grading
@@ -270,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
                           "2 usage, an unknown profile, or a script that cannot be read")
     lint.add_argument("--profile", metavar="NAME", help="also check against a site profile (narval, ...)")
     lint.add_argument("scripts", metavar="SCRIPT", nargs="+", help="a job script; - reads standard input")
+
+    site = command("site", "site profiles (site probe: a profile made from the Slurm on PATH)", None,
+                   description="Site profiles: what a cluster looks like to the course.")
+    site_verbs = site.add_subparsers(dest="verb", metavar="VERB", title="verbs", required=True)
+    probe = command("probe", "write a site profile from what the Slurm on PATH says", _site_probe,
+                    parent=site_verbs,
+                    description="Write a site profile (TOML) from what this Slurm's commands say (scontrol show config,\n"
+                                "partition, node, reservation; sacctmgr; srun --help) and the environment; each value with\n"
+                                "its source, open questions marked '# QUESTION:'. Run it on a login node or inside a job.")
+    probe.add_argument("-o", "--output", metavar="FILE", help="write to FILE (NAME.toml) instead of standard output")
+    probe.add_argument("--name", metavar="NAME", help="the profile's name (default: FILE's name, else the cluster's)")
 
     grading = command("grading", "the instructor's verbs: generate, check, release, collect, autograde, return",
                       lambda args: _grading(args.rest), add_help=False)

@@ -75,7 +75,8 @@ def test_console_script_is_the_same_command():
 def test_help_lists_every_command_and_verb():
     parser = cli.build_parser()
     commands = _commands(parser)
-    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint", "grading"}
+    assert set(commands) == {"slurm-path", "which-slurm", "slurm", "check-names", "kernel", "lint", "site", "grading"}
+    assert set(_commands(commands["site"])) == {"probe"}
     verbs = _commands(commands["slurm"])
     assert set(verbs) == {"status", "stop", "reset", "recover", "preempt", "slow-node"}
 
@@ -98,7 +99,7 @@ def test_help_lists_every_command_and_verb():
 @pytest.mark.parametrize("words", [
     ["slurm-path"], ["which-slurm"], ["slurm"], ["slurm", "status"], ["slurm", "stop"], ["slurm", "reset"],
     ["slurm", "recover"], ["slurm", "preempt"], ["slurm", "slow-node"], ["check-names"], ["kernel"],
-    ["kernel", "install"], ["lint"],
+    ["kernel", "install"], ["lint"], ["site"], ["site", "probe"],
 ])
 def test_every_command_has_help(words, capsys):
     assert cli.main([*words, "--help"]) == 0
