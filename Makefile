@@ -1,9 +1,9 @@
 # hpcnb: two commands on a fresh Debian/Ubuntu machine or laptop.
 #
-#   make lab    set everything up, open the course in JupyterLab (local Slurm)
+#   make lab    set everything up, open the course in JupyterLab (local Slurm; PORT=8888, ROLE=instructor)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
+# Other targets: setup, lab-instructor (nbgrader's menus kept), test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root;
 #                docs/portal.md), test-gpu (on a GPU node: test-artifacts/gpu-report.md),
@@ -28,7 +28,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu test-gpu-rehearsal \
+.PHONY: help setup lab lab-instructor test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu test-gpu-rehearsal \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
@@ -65,9 +65,6 @@ _setup-venv:
 	echo "$(SETUP_KEY)" > $(STAMP); \
 	echo "make setup: done in $$((SECONDS - start)) s"
 
-# Jupyter refuses to run as root without --allow-root (root containers, CI).
-LAB_ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-
 # lesson 3b's Charliecloud image (as root, about a minute once, then cached; ci/build-container.sh):
 # without it the lesson skips its container job and exercise 3b.3 cannot be done or graded
 define container-image
@@ -75,9 +72,19 @@ define container-image
 	    "exercise 3b.3 cannot run (as root: bash ci/build-container.sh)" >&2
 endef
 
+# make lab [PORT=8888] [ROLE=student|instructor] (JUPYTER_PORT: PORT's old name): the course's Lab
+# (hpcnb/course/lab.py): START.md first; its terminals have hpcnb and the notebooks' Slurm first on
+# PATH (the local one unless HPCNB_SLURM=real); a student's Lab without nbgrader's instructor menus.
+PORT ?= $(JUPYTER_PORT)
+ROLE ?= student
+LAB_COMMAND = HPCNB_SLURM=$${HPCNB_SLURM:-local} $(VENV)/bin/python -m hpcnb.course.lab --role $(ROLE)$(if $(PORT), --port $(PORT))
+
 lab: setup
 	$(container-image)
-	HPCNB_SLURM=local $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=. $(LAB_ROOT_FLAG) --LabApp.default_url=/lab/tree/notebooks
+	$(LAB_COMMAND)
+
+lab-instructor:
+	@$(MAKE) --no-print-directory lab ROLE=instructor
 
 # The tests.  pytest's exit code 5 means "no tests collected"; it is reported but not treated as
 # a failure, so that a suite part that is still empty does not break the run.  Nothing may hang:
@@ -189,7 +196,7 @@ portal: setup
 	bash ci/portal.sh run
 
 # make test-portal: in a browser, the student logs in, gets a server (a Slurm job) and runs lesson 1
-# in it, and the Open OnDemand app (ondemand/) starts the course in a Slurm job; on the local Slurm, then on the real one (start it first: make real-slurm-up; others who
+# in it (then lesson 8's cells on the notebook's own node: an srun --overlap step into the server's job), and the Open OnDemand app (ondemand/) starts the course in a Slurm job; on the local Slurm, then on the real one (start it first: make real-slurm-up; others who
 # share it: flock /tmp/real-slurm.lock make test-portal). PORTAL_TESTS=local runs one of them.
 PORTAL_TESTS ?= local real
 test-portal: setup

@@ -119,24 +119,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if os.geteuid() == 0:
         argv.append("--allow-root")
-    log = open(base / "jupyter.log", "w")
-    server = subprocess.Popen(argv, cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT,
+    with serve_lab(argv, env, course, base / "jupyter.log", port, token) as url:
+        yield {"url": url, "token": token, "kernel": kernel, "course": course, "notebooks": notebooks,
+               "bin": folder, "log": base / "jupyter.log"}
+
+
+@contextlib.contextmanager
+def serve_lab(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path, port: int, token: str):
+    """Run a Jupyter server on 127.0.0.1:``port`` (``argv``) until it answers; its URL; stop it after
+    (a clean shutdown stops its kernels and terminals, else SIGTERM then SIGKILL to its group)."""
+    log = open(log_path, "w")
+    server = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if server.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{(base / 'jupyter.log').read_text()[-3000:]}")
+                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
             try:
                 _get(f"{url}/api/status", token, timeout=2)
                 break
             except (urllib.error.URLError, ConnectionError, OSError):
                 if time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab did not answer in 120 s:\n{(base / 'jupyter.log').read_text()[-3000:]}")
+                    pytest.fail(f"jupyter lab did not answer in 120 s:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield {"url": url, "token": token, "kernel": kernel, "course": course, "notebooks": notebooks,
-               "bin": folder, "log": base / "jupyter.log"}
+        yield url
     finally:
         try:  # a clean stop shuts the kernels down too
             req = urllib.request.Request(f"{url}/api/shutdown", method="POST",
@@ -332,14 +340,15 @@ def _check_rendered(page, lab, path: str) -> list[str]:
     return problems
 
 
-def _browser_page(p, lab):
+def _browser_page(p, lab, path: str = "/lab?reset"):
+    """Chromium on the Lab at ``path`` (default: a fresh workspace; ``/``: the server's default URL)."""
     browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.set_default_timeout(120_000)
     from playwright.sync_api import expect
 
     expect.set_options(timeout=120_000)  # a busy 2-core machine
-    page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
+    page.goto(f"{lab['url']}{path}{'&' if '?' in path else '?'}token={lab['token']}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started")
     return browser, page
 

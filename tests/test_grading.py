@@ -497,8 +497,8 @@ def test_release_takes_the_committed_course_and_the_students_kit(tmp_path: Path,
     readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()
     for text in (readme, makefile):
         assert not re.search(r"solutions/|tests/|make test|nbgrader|\[all\]", text)
-    assert "-e '.[student]'" in makefile and "--LabApp.default_url=/lab/tree/notebooks" in makefile
-    assert "--ServerApp.root_dir=." in makefile  # exercises/ reachable beside notebooks/
+    assert "-e '.[student]'" in makefile and "-m hpcnb.course.lab" in makefile  # the course's Lab (make lab)
+    assert "--root" not in makefile  # it serves the kit's folder: exercises/ reachable beside notebooks/
     assert "make lab" in readme and "exercises/" in readme
 
     plain = tmp_path / "plain"
