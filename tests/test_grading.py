@@ -479,6 +479,7 @@ def test_release_takes_the_committed_course_and_the_students_kit(tmp_path: Path,
     (root / "hpcnb").mkdir()
     (root / "hpcnb" / "__init__.py").write_text("")
     (root / "pyproject.toml").write_text("[project]\nname = 'hpcnb'\n")
+    (root / "START.md").write_text("# Start here\n")  # the Lab's landing page (hpcnb.course.lab)
     lesson = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hello')")])
     nbformat.write(lesson, root / "notebooks" / "01-lesson.ipynb")
     _git(root, "init", "-q")
@@ -491,7 +492,7 @@ def test_release_takes_the_committed_course_and_the_students_kit(tmp_path: Path,
     files = grading.release(tmp_path / "kit", root=root, solutions=FIXTURE, quiet=True)
     assert "is not a git checkout" not in capsys.readouterr().err
     kit = tmp_path / "kit"
-    assert sorted(files) == ["Makefile", "README.md", f"exercises/{FIXTURE_NB}.ipynb", "hpcnb/__init__.py",
+    assert sorted(files) == ["Makefile", "README.md", "START.md", f"exercises/{FIXTURE_NB}.ipynb", "hpcnb/__init__.py",
                              "notebooks/01-lesson.ipynb", "pyproject.toml"]
     assert "LOCAL OUTPUT" not in (kit / "notebooks" / "01-lesson.ipynb").read_text()
     readme, makefile = (kit / "README.md").read_text(), (kit / "Makefile").read_text()

@@ -31,7 +31,7 @@ __all__ = ["BUNDLE", "KIT", "bundle_problems", "release"]
 #: What students get of the course checkout: its files as committed (exercises/ is generated afresh
 #: from solutions/; the README and Makefile are the students' kit's, KIT).
 BUNDLE = ("pyproject.toml", "environment.yml", "ci/install-system-deps.sh", "ci/build-horovod.sh", "hpcnb",
-          "notebooks")
+          "notebooks", "START.md")
 KIT = Path(__file__).with_name("kit")  # README.md, Makefile: what students read and run
 _NOT_BUNDLED = {"__pycache__", ".ipynb_checkpoints", "work", "solutions", "tests"}
 
