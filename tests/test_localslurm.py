@@ -253,7 +253,8 @@ def test_sinfo_scontrol_and_hostnames() -> None:
     assert run(["scontrol", "show", "hostnames", "node[1-2],gpu[07-08]"]).stdout.split() == \
         ["node1", "node2", "gpu07", "gpu08"]
     info = run(["sinfo", "-o", "%P %D %c %m %G"]).stdout.splitlines()
-    assert info == ["PARTITION NODES CPUS MEMORY GRES", "debug* 2 2 8000 gpu:v100:2", "short 2 2 8000 gpu:v100:2"]
+    assert info == ["PARTITION NODES CPUS MEMORY GRES", "debug* 2 2 8000 gpu:v100:2", "short 2 2 8000 gpu:v100:2",
+                    "long 2 2 8000 gpu:v100:2"]
     node = run(["scontrol", "show", "node", "node2"]).stdout
     assert "NodeName=node2" in node and "RealMemory=8000" in node and "Gres=gpu:v100:2" in node
     assert "AvailableFeatures=gpu,v100" in node
@@ -542,3 +543,67 @@ def test_srun_says_got_sigcont_before_forcing_termination_when_both_wait() -> No
     """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "srun: got SIGCONT\nsrun: forcing job termination\n"), done
+
+
+def test_immediate_gives_up_as_slurm_does(workdir: Path) -> None:
+    """``--immediate`` (=1): the controller refuses what cannot start at once (FAILED); ``--immediate=N``
+    waits N seconds, then the job is cancelled (salloc.c, srun/allocate.c, job_mgr.c of 22.05 and
+    24.11: their texts, exit 1). With ``--begin`` in the future, =1 is a dependency problem."""
+    big = submit("-N2", "--exclusive", "--wrap", "sleep 300")
+    wait_state(big, ("RUNNING",))
+    try:
+        now = run(["salloc", "--immediate", "-n1", "true"], timeout=60)
+        assert (now.returncode, now.stderr) == (
+            1, "salloc: error: Unable to allocate resources: Requested nodes are busy\n")
+        started = time.monotonic()
+        later = run(["salloc", "--immediate=2", "-n1", "true"], timeout=60)
+        waited = time.monotonic() - started
+        lines = later.stderr.splitlines()
+        assert later.returncode == 1 and lines[-1] == "salloc: error: Unable to allocate resources: Connection timed out"
+        job = re.match(r"salloc: Pending job allocation (\d+)$", lines[0])[1]
+        assert lines[1] == f"salloc: job {job} queued and waiting for resources" and 2 <= waited < 30, (lines, waited)
+        assert wait_state(int(job), ("CANCELLED",)).startswith("CANCELLED")
+        step = run(["srun", "-I2", "-n1", "true"], timeout=60)
+        assert (step.returncode, step.stderr.splitlines()[-1]) == (
+            1, "srun: error: Unable to allocate resources: Requested nodes are busy")
+        ahead = submit("-n1", "--wrap", "true")  # waits for resources, and comes first
+        deadline = time.time() + 30
+        while squeue_field(ahead, "%r") != "Resources":  # the controller's pass has looked at it
+            assert time.time() < deadline, squeue_field(ahead, "%r")
+            time.sleep(0.1)
+        behind = run(["salloc", "-I", "-n1", "true"], timeout=60)
+        assert (behind.returncode, behind.stderr) == (
+            1, "salloc: error: Unable to allocate resources: Immediate execution impossible, insufficient priority\n")
+    finally:
+        run(["scancel", str(big)])
+    begin = run(["salloc", "--immediate", "--begin=now+1hour", "-n1", "true"], timeout=60)
+    assert (begin.returncode, begin.stderr) == (1, "salloc: error: Job submit/allocate failed: Job dependency problem\n")
+    begin = run(["srun", "--immediate=1", "--begin=now+1hour", "-n1", "true"], timeout=60)
+    assert (begin.returncode, begin.stderr) == (1, "srun: error: Unable to allocate resources: Job dependency problem\n")
+    fits = run(["salloc", "--immediate", "-n1", "echo", "granted"], timeout=60)
+    assert (fits.returncode, fits.stdout) == (0, "granted\n"), fits.stderr
+
+
+def test_squeue_steps_as_the_real_squeue_prints_them(workdir: Path) -> None:
+    """``squeue -s``/``--steps[=LIST]``: running steps, squeue.c's default step format, by step id
+    (numbered steps before ``batch``, as SLURM_BATCH_SCRIPT sorts), filtered by a list or ``-j``."""
+    job = submit("-N2", "-n2", "--wrap", "srun sleep 300")
+    try:
+        deadline = time.time() + 60
+        while "0" not in run(["squeue", "-h", "-s", "-j", str(job), "-o", "%i"]).stdout.replace(f"{job}.", ""):
+            assert time.time() < deadline, "the job's step did not start"
+            time.sleep(0.2)
+        done = run(["squeue", "--steps", "-j", str(job)])
+        lines = done.stdout.splitlines()
+        assert (done.returncode, lines[0]) == (0, "         STEPID     NAME PARTITION     USER      TIME NODELIST")
+        user = run(["id", "-un"]).stdout.strip()[:8]
+        assert re.fullmatch(rf" +{job}\.0 +sleep +debug +{user} +\d+:\d\d node\[1-2\]", lines[1]), lines
+        assert re.fullmatch(rf" +{job}\.batch +batch +debug +{user} +\d+:\d\d node1", lines[2]), lines
+        assert len(lines) == 3
+        # a list item's step is a strtol(): "batch" reads as 0, as the real squeue reads it (parity)
+        assert run(["squeue", f"--steps={job}.batch", "-h", "-o", "%i %A"]).stdout == f"{job}.0 2\n"
+        assert run(["squeue", "-hs", f"{job}.0", "-o", "%i %A"]).stdout == f"{job}.0 2\n"
+        bad = run(["squeue", "-s", f"{job}"])
+        assert (bad.returncode, bad.stderr) == (1, f"squeue: error: Invalid job_step id: {job}.??\n")
+    finally:
+        run(["scancel", str(job)])

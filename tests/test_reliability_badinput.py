@@ -32,6 +32,7 @@ NO_CONFIG = "sbatch: error: Batch job submission failed: Requested node configur
 BAD_ARRAY = "sbatch: error: Batch job submission failed: Invalid job array specification\n"
 BIG = "9" * 20  # past 64 bits
 BAD_DEP = "sbatch: error: Batch job submission failed: Job dependency problem\n"
+WIDE = "{}: error: Field width {} is too large (at most 8388608)\n"
 
 
 def sb(*args: str) -> list[str]:
@@ -220,6 +221,13 @@ CASES: list[tuple[str, list[str], dict[str, bytes], bytes | None, int, str]] = [
      "STOPPED\n\n"),  # captured from squeue 22.05.8
     ("sinfo-unknown-option", ["sinfo", "--bogus"], {}, None, 1,
      "sinfo: unrecognized option '--bogus'\n" + GETOPT_TRY.format(cmd="sinfo")),
+    # field widths past what the real commands' stack holds (they die there; these answered with a
+    # MemoryError, or ran past 60 s and 3 GB): one line, at once
+    ("squeue-width-past-64-bits", ["squeue", "-o", "%.99999999999i"], {}, None, 1, WIDE.format("squeue", "99999999999")),
+    ("squeue-width-2e9", ["squeue", "-o", "%.2000000000i"], {}, None, 1, WIDE.format("squeue", "2000000000")),
+    ("sacct-width-2e9", ["sacct", "-o", "JobID%2000000000"], {}, None, 1, WIDE.format("sacct", "2000000000")),
+    ("sinfo-width-2e9", ["sinfo", "-o", "%2000000000N"], {}, None, 1, WIDE.format("sinfo", "2000000000")),
+    ("sinfo-long-width-2e9", ["sinfo", "-O", "nodelist:2000000000"], {}, None, 1, WIDE.format("sinfo", "2000000000")),
 ]
 
 
@@ -452,3 +460,35 @@ def test_counts_past_int_max_answer_as_each_version(lane: Lane, tmp_path: Path, 
         pytest.skip(f"{lane.version} takes it")
     done = lane.run(["sbatch", "--hold", option, "--wrap", "true"], cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"sbatch: error: {said[lane.version]}\n")
+
+
+def test_field_widths_wrap_as_in_c(quiet_slurm: Slurm, tmp_path: Path) -> None:
+    """squeue's and sinfo's ``_parse_token`` add the width up in a C ``int``: 4294967298 is 2, and
+    4294967295 is -1, which prints the value with a space after it (``_print_str``'s ``"%s "``)."""
+    done = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%.4294967298P|%4294967295D|%.4294967296a|"],
+                          cwd=tmp_path, env=quiet_slurm.env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "d*|2 |up|\n", "")
+
+
+BAD_SETTINGS = [  # every HPCNB_* value the local Slurm reads, unusable: one line, exit 1, nothing changed
+    ("HPCNB_CONTROLLER_IDLE", "abc", "HPCNB_CONTROLLER_IDLE='abc' is not a number of seconds from 0 to 31536000"),
+    ("HPCNB_LAUNCH_GRACE", "nan", "HPCNB_LAUNCH_GRACE='nan' is not a number of seconds from 0 to 31536000"),
+    ("HPCNB_ENV_KEPT_AFTER_END", "1e999", "HPCNB_ENV_KEPT_AFTER_END='1e999' is not a number of seconds from 0 to "
+     "31536000"),
+    ("HPCNB_FIRST_JOB_ID", "9" * 26, "HPCNB_FIRST_JOB_ID='99999999999999999999999999' is not a job id (a whole "
+     "number from 1 to 4294967293)"),
+    ("HPCNB_FIRST_JOB_ID", "-3", "HPCNB_FIRST_JOB_ID='-3' is not a job id (a whole number from 1 to 4294967293)"),
+    ("HPCNB_NODES", "Shared", "HPCNB_NODES='Shared' is not valid: use apart or shared"),
+    ("HPCNB_NODE_NETWORK", "none", "HPCNB_NODE_NETWORK='none' is not valid: use own or shared"),
+]
+
+
+@pytest.mark.parametrize("name, value, said", BAD_SETTINGS, ids=[f"{c[0]}={c[1][:8]}" for c in BAD_SETTINGS])
+def test_every_setting_is_checked_with_one_line(quiet_slurm: Slurm, tmp_path: Path, name: str, value: str,
+                                                said: str) -> None:
+    before = snapshot(quiet_slurm, tmp_path)
+    for argv in (["sbatch", "--wrap", "true"], ["squeue"]):
+        done = subprocess.run(argv, cwd=tmp_path, env={**quiet_slurm.env, name: value}, capture_output=True,
+                              text=True, timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", f"{argv[0]}: error: {said}\n")
+    assert snapshot(quiet_slurm, tmp_path) == before

@@ -579,3 +579,49 @@ def test_output_to_a_fifo_nobody_reads_stops_neither_time_limit_nor_scancel(slur
         assert slurm.wait_final([blocked], timeout=30) == {blocked: "TIMEOUT"}
     finally:
         os.close(stalled)
+
+
+def test_no_job_id_is_reused_when_the_journal_and_the_last_id_are_lost_together(slurm: Slurm) -> None:
+    """The journal (the last jobs' records) and ``slurm.db.last-job-id`` gone at once: the jobs' folders
+    (``jobs/<id>``) remain, and no id of theirs may be issued again; recover says what was lost."""
+    controller = slurm.start_controller_first()  # holds the file open: nothing checkpoints the journal
+    held = [slurm.submit("--hold", "-J", f"h{i}", "--wrap", "echo held") for i in range(3)]
+    kill9(controller)
+    assert all((slurm.state / "jobs" / str(i)).is_dir() for i in held)
+    (slurm.state / "slurm.db-wal").unlink()
+    (slurm.state / "slurm.db-shm").unlink(missing_ok=True)
+    (slurm.state / "slurm.db.last-job-id").unlink()
+    done = slurm.run("sbatch", "--wrap", "true")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"job id {held[-1]} was issued" in done.stderr and "hpcnb slurm recover" in done.stderr, done.stderr
+    report = slurm.admin("recover").stdout
+    assert f"LOST the records of job(s) {held[0]}-{held[-1]}" in report, report
+    later = slurm.submit("--wrap", "true")
+    assert later == held[-1] + 1, "a job id was reused"
+    assert slurm.wait_final([later]) == {later: "COMPLETED"}
+
+
+def test_a_directory_in_place_of_the_state_file_is_named_and_recovered(slurm: Slurm) -> None:
+    """``slurm.db`` replaced by a directory: every command says so in one line (not "check the disk"),
+    and recover moves it aside, untouched, and starts a fresh state above every id it knows."""
+    first = slurm.submit("--wrap", "true")
+    assert slurm.wait_final([first]) == {first: "COMPLETED"}
+    slurm.admin("stop")
+    base = slurm.state / "slurm.db"
+    for leftover in (base, Path(f"{base}-wal"), Path(f"{base}-shm")):
+        leftover.unlink(missing_ok=True)
+    base.mkdir()
+    (base / "keep-me").write_text("a file the user put there\n")
+    for command in (["squeue"], ["sbatch", "--wrap", "true"], [sys.executable, "-m", "hpcnb.cli", "slurm", "status"]):
+        done = slurm.run(*command)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, (command, done.stderr)
+        assert "is a directory" in done.stderr and "hpcnb slurm recover" in done.stderr, (command, done.stderr)
+        assert "check the disk" not in done.stderr
+    report = slurm.admin("recover")
+    assert report.returncode == 0, report.stderr
+    kept = [p for p in slurm.state.iterdir() if p.name.startswith("slurm.db.damaged-")]
+    assert len(kept) == 1 and (kept[0] / "keep-me").read_text() == "a file the user put there\n", report.stdout
+    assert "directory" in report.stdout and str(kept[0]) in report.stdout, report.stdout
+    later = slurm.submit("--wrap", "true")
+    assert later > first, "a job id was reused"
+    assert slurm.wait_final([later]) == {later: "COMPLETED"}

@@ -241,3 +241,46 @@ def test_status_of_an_unreadable_state_directory_is_one_clear_line(slurm: Slurm)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("hpcnb slurm status: error: Permission denied") and str(slurm.state) in done.stderr
+
+
+@pytest.fixture
+def second_user():
+    """A second Unix user of this machine, made for the test and removed after it: its (uid, gid)."""
+    import pwd
+
+    name = f"hpcnbx{os.getpid() % 100000}"
+    made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                          capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"cannot add a user: {made.stderr.strip()}")
+    try:
+        entry = pwd.getpwnam(name)
+        yield entry.pw_uid, entry.pw_gid
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd")
+def test_a_state_directory_reached_through_another_users_link_is_refused(slurm: Slurm, tmp_path: Path,
+                                                                         second_user) -> None:
+    """A link another user made in a world-writable folder (sticky, as /tmp) that points to root's own
+    private state: root's commands follow it no more (the path is checked link by link, as OpenSSH's
+    ``safe_path`` does: the other user may point it elsewhere at any time); root's own link is fine."""
+    held = slurm.submit("--hold", "--wrap", "true", cwd=tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs, mine = shared / "theirs", shared / "mine"
+    theirs.symlink_to(slurm.state)
+    mine.symlink_to(slurm.state)
+    os.lchown(theirs, *second_user)
+    for command in (["squeue", "-h", "-o", "%i"], ["sbatch", "--wrap", "true"],
+                    [sys.executable, "-m", "hpcnb.cli", "slurm", "status"]):
+        done = slurm.run(*command, cwd=tmp_path, env={**slurm.env, "HPCNB_STATE_DIR": str(theirs)})
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, (command, done.stderr)
+        assert (f"refuses its state directory {theirs}: the symbolic link {theirs} on its way is owned by uid "
+                f"{second_user[0]}") in done.stderr, done.stderr
+    assert slurm.next_job_id() == held + 1
+    done = slurm.run("squeue", "-h", "-o", "%i", cwd=tmp_path, env={**slurm.env, "HPCNB_STATE_DIR": str(mine)})
+    assert (done.returncode, done.stdout) == (0, f"{held}\n"), done.stderr
+    slurm.run("scancel", str(held))

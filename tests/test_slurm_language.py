@@ -342,3 +342,19 @@ def test_array_specs_give_task_ids_and_throttle() -> None:
     for bad in ("5-1", "1-3:0", "0-1001", "a", "1-"):
         with pytest.raises(ValueError, match="Invalid job array specification"):
             parse_array(bad)
+
+
+def test_field_widths_are_read_as_the_real_commands_read_them() -> None:
+    """squeue's and sinfo's ``_parse_token`` wrap in a C ``int``; sacct's ``atoi`` saturates first; a
+    width past the real command's stack (where it dies) is refused in one line, whatever its digits."""
+    from hpcnb.slurm.bounds import FIELD_WIDTH_MAX, c_int, field_width
+
+    assert [field_width(t) for t in ("0", "12", "4294967298", "4294967295", "2147483648")] == [0, 12, 2, -1, -2**31]
+    assert field_width("9" * 30, wraps=False) == -1 and field_width("-7", wraps=False, signed=True) == -7
+    assert field_width(str(FIELD_WIDTH_MAX)) == FIELD_WIDTH_MAX
+    wrapped = (pow(10, 100000, 2**32) - 1) % 2**32  # 100000 nines, as an int adds them up
+    if wrapped <= FIELD_WIDTH_MAX:
+        assert field_width("9" * 100000) == c_int(wrapped)
+    for text, kw in (("2000000000", {}), ("99999999999", {}), ("-2000000000", {"wraps": False, "signed": True})):
+        with pytest.raises(ValueError, match=r"^Field width .{1,30} is too large \(at most 8388608\)$"):
+            field_width(text, **kw)

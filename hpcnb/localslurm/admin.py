@@ -255,7 +255,12 @@ def recover() -> str:
     while kept.exists():
         kept = kept.with_name(kept.name + "+")
     lines = [f"the state file was damaged: {problem.split(' Run `hpcnb slurm recover`')[0]}"]
-    if base.exists():
+    readable = base.is_file()
+    if base.exists() and not readable:  # a directory (or a FIFO...) where the file belongs: not read, kept
+        os.replace(base, kept)
+        lines.append(f"{base.name} was {'a directory' if kept.is_dir() else 'not a regular file'}: "
+                     f"moved aside, unchanged and unread, as {kept}")
+    elif base.exists():
         os.replace(base, kept)
         if Path(f"{base}-wal").exists():
             os.replace(f"{base}-wal", f"{kept}-wal")
@@ -272,8 +277,8 @@ def recover() -> str:
     db.issued_path(base).unlink(missing_ok=True)  # until the fresh file holds ids past it
 
     scripts = _script_ids()
-    found = _salvage(kept, scripts | {issued}) if kept.exists() else {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
-    fresh = db.connect()
+    found = _salvage(kept, scripts | {issued}) if readable else {"meta": {}, "job_cols": [], "jobs": [], "step_cols": [], "steps": []}
+    fresh = db.connect(check_ids=False)  # its next id is set below, past every id known
     new_cols = {r[1] for r in fresh.execute("PRAGMA table_info(jobs)")}
     new_step_cols = {r[1] for r in fresh.execute("PRAGMA table_info(steps)")}
     saved: dict[int, dict] = {}
@@ -392,8 +397,11 @@ def _nodes_line() -> str:
     if found != "apart":
         return f"{found}; every node shares this machine's hostname, /tmp, /dev/shm and network"
     if network.in_use():
-        return ("apart (each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes; "
-                "the login node reaches servers on the nodes by their names, the nodes do not reach the login node)")
+        problem = network.login_problem()
+        login = (f"the login node does not reach servers on the nodes by their names: {problem}" if problem
+                 else "the login node reaches servers on the nodes by their names")
+        return (f"apart (each node its own hostname, /tmp, /dev/shm and network; no ssh between nodes; "
+                f"{login}, the nodes do not reach the login node)")
     why = f"{network.SETTING}=shared" if not network.wanted() else f"its own did not start: {network.failure()}"
     return f"apart (each node its own hostname, /tmp and /dev/shm; the network is shared: {why})"
 

@@ -23,20 +23,20 @@ import sqlite3
 import sys
 import time
 
-from . import apart, db, network, paths, procs, transitions
+from . import apart, db, network, paths, procs, settings, transitions
 from .wake import log, socket_address
 from .cluster import state_cluster
 
 _LOCK_FD: int | None = None  # the controller's lock; forked supervisors must not hold it
-IDLE_EXIT_S = float(os.environ.get("HPCNB_CONTROLLER_IDLE", "600"))
+IDLE_EXIT_S = settings.seconds("HPCNB_CONTROLLER_IDLE")
 CHECK_EVERY_S = 1.0
 CONTROLLER_BUSY_MS = 10 * 60 * 1000  # the controller waits for the write lock (commands: a minute)
 RESCHEDULE_S = 5.0  # a scheduling pass at least this often, even when nothing woke us
 # how long a scheduled job may wait for its supervisor to claim it before it counts as never launched
-LAUNCH_GRACE_S = float(os.environ.get("HPCNB_LAUNCH_GRACE", "10"))
+LAUNCH_GRACE_S = settings.seconds("HPCNB_LAUNCH_GRACE")
 LOCK_WAIT_S = 3.0  # a new controller waits this long for a leaving one's lock
 # a finished job's stored environment is dropped this long after its end
-ENV_KEPT_AFTER_END_S = float(os.environ.get("HPCNB_ENV_KEPT_AFTER_END", "60"))
+ENV_KEPT_AFTER_END_S = settings.seconds("HPCNB_ENV_KEPT_AFTER_END")
 NOT_STARTED = -1  # batch_pid while the supervisor prepares the launch (the script may be starting)
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -147,8 +148,9 @@ def _add_columns(conn: sqlite3.Connection) -> None:
                         raise
 
 
-def connect(path: Path | None = None) -> sqlite3.Connection:
-    """Open the state database, creating it (private, 0600) on first use.
+def connect(path: Path | None = None, check_ids: bool = True) -> sqlite3.Connection:
+    """Open the state database, creating it (private, 0600) on first use (``check_ids=False``: for
+    ``recover``, which rebuilds it, without the check that it issues no id issued before).
 
     Raises :class:`StateError` when the file is damaged: unreadable, not a database, missing its
     tables, or empty/missing although state was recorded before (its marker file exists).
@@ -158,9 +160,13 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
     recorded = _read_marker(marker)  # before looking at the file: the marker is written after it
     issued = read_issued(path)  # also written after the database (after each commit)
     try:
-        size = path.stat().st_size
+        info = path.stat()
     except FileNotFoundError:
-        size = -1
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):  # SQLite would say "unable to open" (a FIFO: hang)
+        raise _damaged(path, f"it is {'a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}, "
+                             "not a database file")
+    size = info.st_size if info is not None else -1
     if size <= 0 and recorded:
         what = "is missing" if size < 0 else "is empty (truncated)"
         raise _damaged(path, f"the file {what} although it held the state {recorded}")
@@ -192,7 +198,8 @@ def connect(path: Path | None = None) -> sqlite3.Connection:
             raise _damaged(path, f"it is not the state file recorded in {marker.name} ({ident} != {recorded})")
         if not recorded:
             _write_small(marker, ident)
-        _check_issued(conn, path, issued)
+        if check_ids:
+            _check_issued(conn, path, issued)
         if path.stat().st_mode & 0o077:
             path.chmod(0o600)
     except sqlite3.DatabaseError as err:
@@ -241,11 +248,27 @@ def _write_small(file: Path, text: str) -> None:
 
 def _check_issued(conn: sqlite3.Connection, path: Path, issued: int) -> None:
     """A database that would issue an id already issued has lost committed transactions: SQLite drops
-    a journal's frames from the first damaged one on, silently. Refuse it, naming the journal."""
+    a journal's frames from the first damaged one on, silently. Refuse it, naming the journal. Without
+    the record of the last id issued (lost with the journal, say), the jobs' folders bound the ids."""
     upcoming = next_job_id(conn)
-    if issued >= upcoming:
-        raise _damaged(path, f"job id {issued} was issued, yet it would issue {upcoming} next: it lost its last "
-                             f"transactions; its journal {path.name}-wal is damaged or was removed")
+    folder = 0 if issued else highest_job_folder(path.parent)
+    if folder >= upcoming:  # a submission's folder, not committed yet? Look again once no one writes
+        with transaction(conn):
+            upcoming, folder = next_job_id(conn), highest_job_folder(path.parent)
+    if max(issued, folder) >= upcoming:
+        trace = f" (its folder jobs/{folder} remains)" if folder > issued else ""
+        raise _damaged(path, f"job id {max(issued, folder)} was issued{trace}, yet it would issue {upcoming} next: "
+                             f"it lost its last transactions; its journal {path.name}-wal is damaged or was "
+                             "removed")
+
+
+def highest_job_folder(state: Path) -> int:
+    """The highest job id with a folder (``jobs/<id>``: its script) in the state dir; 0 if none."""
+    try:
+        with os.scandir(state / "jobs") as entries:
+            return max((int(e.name) for e in entries if e.name.isdigit() and len(e.name) < 11), default=0)
+    except OSError:
+        return 0
 
 
 @contextmanager
@@ -293,8 +316,9 @@ def first_job_id() -> int:
 
     Test sessions that run side by side start far apart, so ports derived from job ids differ.
     """
-    value = os.environ.get("HPCNB_FIRST_JOB_ID", "1")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    from .settings import first_job_id as setting
+
+    return setting()
 
 
 def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpcnb.slurm.bounds import clamp_epoch
+from hpcnb.slurm.bounds import clamp_epoch, field_width
 
 
 def stamp(epoch: float | None, missing: str = "Unknown") -> str:
@@ -42,7 +42,7 @@ _SPEC = re.compile(r"%(\.)?(\d*)([A-Za-z%])")
 
 
 def render(fmt: str, fields: dict[str, Callable[[], str]]) -> str:
-    """Expand a squeue/sinfo ``-o`` format. ``%.N`` right-justifies, ``%N`` left-justifies; values are cut to N."""
+    """Expand a squeue ``-o`` format (:func:`cell` each field)."""
     out = []
     pos = 0
     for match in _SPEC.finditer(fmt):
@@ -53,14 +53,26 @@ def render(fmt: str, fields: dict[str, Callable[[], str]]) -> str:
             out.append("%")
             continue
         getter = fields.get(letter)
-        value = getter() if getter else ""
-        if width:
-            size = int(width)
-            value = value[:size]
-            value = value.rjust(size) if right else value.ljust(size)
-        out.append(value)
+        out.append(cell(getter() if getter else "", bool(right), width))
     out.append(fmt[pos:])
     return "".join(out)
+
+
+def cell(value: str, right: bool, digits: str) -> str:
+    """One ``%[.][N]x`` field as squeue's and sinfo's ``_print_str`` print it: cut to N, then padded
+    (right-justified with ``.``); without a width, or with one that wrapped below 0 in C's ``int``,
+    the value as it is (then with a space after it)."""
+    size = field_width(digits) if digits else 0
+    if size <= 0:
+        return value + " " if size else value
+    return value[:size].rjust(size) if right else value[:size].ljust(size)
+
+
+def check_widths(fmt: str) -> None:
+    """Raise ValueError (one line) for a field width in an ``-o`` format that no real command prints."""
+    for match in _SPEC.finditer(fmt):
+        if match[2]:
+            field_width(match[2])
 
 
 def header(fmt: str, names: dict[str, str]) -> str:

@@ -50,31 +50,61 @@ def state_dir() -> Path:
     return path
 
 
+MAX_LINKS = 40  # as the kernel's path walk (ELOOP past it)
+
+
 def _check_trusted(path: Path) -> None:
     """Refuse a state directory that another user owns or can write, or below a folder that another
-    user (not root) owns or can write without the sticky bit: they could swap in a job script that
-    this user (root, even) would then run. As ssh refuses such keys; checked once per process."""
-    real = path.resolve()
-    if real in _trusted:
+    user (not root) owns or can write without the sticky bit, or reached through a symbolic link
+    another user owns: they could swap in a job script that this user (root, even) would then run.
+    The path is walked as the kernel walks it, link by link (as OpenSSH's ``safe_path``), each
+    folder and each link judged where it is met; checked once per process."""
+    given = Path(os.path.abspath(path))
+    if given in _trusted:
         return
     me = os.getuid()
     trusted = {me, 0, *_unnamed_owner()}
-    for folder in (real, *real.parents):
-        info = folder.stat()
-        mine = info.st_uid == me
-        if folder == real and not mine:
-            why = f"is owned by uid {info.st_uid}, not by you (uid {me})"
-        elif info.st_uid not in trusted:
-            why = f"is owned by uid {info.st_uid}, neither you (uid {me}) nor root"
-        elif info.st_mode & 0o022 and (folder == real or not info.st_mode & stat.S_ISVTX):
-            why = f"can be written by {'every user' if info.st_mode & 0o002 else 'its group'}"
-        else:
+    here, pending, links = Path("/"), list(given.parts[1:]), 0
+    _judge(path, here, os.lstat(here), not pending, me, trusted)
+    while pending:
+        part = pending.pop(0)
+        if part in (".", ".."):
+            here = here.parent if part == ".." else here  # ``here`` holds no link: its parent is physical
             continue
-        where = "the state directory" if folder == real else f"its parent folder {folder}"
-        raise StateDirError(
-            f"the local Slurm refuses its state directory {path}: {where} {why}, so another user could "
-            "change your jobs. Use a folder of your own (HPCNB_STATE_DIR), or fix the owner and mode.")
-    _trusted.add(real)
+        step = here / part
+        info = os.lstat(step)
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if info.st_uid not in trusted or links > MAX_LINKS:
+                why = (f"is owned by uid {info.st_uid}, neither you (uid {me}) nor root" if info.st_uid not in trusted
+                       else f"is one of more than {MAX_LINKS} links in a row")
+                raise _refusal(path, f"the symbolic link {step} on its way", why)
+            target = Path(os.readlink(step))
+            here = Path("/") if target.is_absolute() else here
+            pending = [*target.parts[1 if target.is_absolute() else 0:], *pending]
+            continue
+        _judge(path, step, info, not pending, me, trusted)
+        here = step
+    _trusted.add(given)
+
+
+def _judge(path: Path, folder: Path, info: os.stat_result, last: bool, me: int, trusted: set[int]) -> None:
+    """One folder on the state directory's way (``last``: the state directory itself)."""
+    if last and info.st_uid != me:
+        why = f"is owned by uid {info.st_uid}, not by you (uid {me})"
+    elif info.st_uid not in trusted:
+        why = f"is owned by uid {info.st_uid}, neither you (uid {me}) nor root"
+    elif info.st_mode & 0o022 and (last or not info.st_mode & stat.S_ISVTX):
+        why = f"can be written by {'every user' if info.st_mode & 0o002 else 'its group'}"
+    else:
+        return
+    raise _refusal(path, "the state directory" if last else f"its parent folder {folder}", why)
+
+
+def _refusal(path: Path, where: str, why: str) -> StateDirError:
+    return StateDirError(
+        f"the local Slurm refuses its state directory {path}: {where} {why}, so another user could "
+        "change your jobs. Use a folder of your own (HPCNB_STATE_DIR), or fix the owner and mode.")
 
 
 def _unnamed_owner() -> tuple[int, ...]:

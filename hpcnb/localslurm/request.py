@@ -82,6 +82,7 @@ class JobRequest(Record):
     jobid_text: str | None = None  # --jobid as given (its parsing depends on the Slurm version)
     kill_on_bad_exit: int | None = None  # srun -K[N]: None = the site's KillOnBadExit (0)
     kill_command: int | None = None  # salloc -K[sig]: signal its command when the allocation is revoked (0: default)
+    immediate: int = 0  # salloc/srun -I[secs]: 1 = start now or fail, N = give up after N seconds
     given: list[str] = []  # long names of options set explicitly
     env: dict[str, str] = {}  # the environment the job starts from
     script_args: list[str] = []
@@ -261,6 +262,8 @@ def apply_option(req: JobRequest, spec: OptionSpec, value: str | None) -> None:
         if signum is None:
             raise UsageError("Invalid --kill-command specification", exit_code=255)
         req.kill_command = signum
+    elif name == "immediate":  # slurm_opt.c: parse_int("immediate", arg, false), else DEFAULT_IMMEDIATE
+        req.immediate = 1 if value is None else parse_count(value, "immediate", positive=False)
     elif name == "requeue":
         req.requeue = True
     elif name == "no-requeue":

@@ -57,6 +57,16 @@ def cancel_pending(conn: sqlite3.Connection, job_id: int, now: float, reason: st
     ).rowcount > 0
 
 
+def refuse_immediate(conn: sqlite3.Connection, job_id: int, now: float) -> bool:
+    """PENDING -> FAILED (BadConstraints): an ``--immediate`` job that cannot start at once, as
+    slurmctld's job_allocate() ends it (its exit_code = 1, a wait status: sacct's ``0:1``)."""
+    return conn.execute(
+        "UPDATE jobs SET state='FAILED', reason='BadConstraints', exit_signal=1, start_time=?, end_time=? "
+        "WHERE id=? AND state='PENDING'",
+        (now, now, job_id),
+    ).rowcount > 0
+
+
 def unlaunched(conn: sqlite3.Connection, job_id: int, supervisor_pid: int | None) -> bool:
     """RUNNING -> PENDING for a job whose script never started: no supervisor claimed it, or the
     one that did (``supervisor_pid``) died before starting the script."""

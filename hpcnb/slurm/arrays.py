@@ -19,9 +19,10 @@ def parse_array(spec: str) -> tuple[list[int], int | None]:
         match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
         if not match:
             raise ValueError("Invalid job array specification")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) else first
-        step = int(match.group(3) or 1)
+        # read as C reads them (saturated): thousands of digits are a number too large, not a crash
+        first = saturated(match.group(1))
+        last = saturated(match.group(2)) if match.group(2) else first
+        step = saturated(match.group(3) or "1")
         if last < first or step < 1 or last >= MAX_ARRAY_SIZE:  # checked before expanding it
             raise ValueError("Invalid job array specification")
         ids.extend(range(first, last + 1, step))

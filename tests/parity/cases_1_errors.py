@@ -93,6 +93,11 @@ MORE = {
     "sbatch_exclude_unparsable": ["sbatch", "--exclude=[", "--wrap", "true"],
     "sbatch_time_zero_over_partition": ["sbatch", "-p", "short", "-t", "0", "--wrap", "true"],
     "sbatch_time_unlimited_over_partition": ["sbatch", "-p", "short", "-t", "UNLIMITED", "--wrap", "true"],
+    # --immediate (issue 40): =1 fails at once (a future --begin is a dependency problem), =N gives up after N s
+    "salloc_immediate_begin_future": ["salloc", "--immediate", "--begin=now+1hour", "true"],
+    "srun_immediate_begin_future": ["srun", "-I", "--begin=now+1hour", "true"],
+    "salloc_immediate_3_begin_future": ["salloc", "--immediate=3", "--begin=now+1hour", "true"],
+    "srun_immediate_3_begin_future": ["srun", "--immediate=3", "--begin=now+1hour", "true"],
 }
 FILES = {"job.sh": "#!/bin/bash\ntrue\n", "noshebang.sh": "echo hello\n",
          "badinterp.sh": "#!/no/such/interpreter\necho\n"}
@@ -145,9 +150,11 @@ def run_case(side: Side, case: str, argv: list[str]) -> dict:
     if "has been allocated resources" in out["stderr"]:  # it had to wait a moment: timing, not parity
         out["stderr"] = without_waiting(out["stderr"])
     if argv[0] == "salloc" and any(x in out["stderr"] for x in ("Relinquishing job allocation",
-                                                                "Job submit/allocate failed")):
+                                                                "Job submit/allocate failed",
+                                                                "Unable to allocate resources")):
         # after it gave the allocation up, a real salloc may also hear slurmctld revoke it, and a refused
-        # one (--gpus=a100:1, 22.05: 3 tries of 4) the job slurmctld refused: timing, not parity
+        # one (--gpus=a100:1, 22.05: 3 tries of 4) the job slurmctld refused, and one that gave up
+        # waiting (--immediate=N: its slurm_complete_job()) the job it ended: timing, not parity
         out["stderr"] = "".join(line for line in out["stderr"].splitlines(keepends=True)
                                 if "has been revoked" not in line)
     if "srun" in argv:  # srun's own messages and its tasks' reach stderr in no fixed order

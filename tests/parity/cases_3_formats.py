@@ -211,6 +211,42 @@ def test_squeue_formats(sides) -> None:
     check_all("squeue running+pending", on_both(sides, one))
 
 
+def test_squeue_steps(sides) -> None:
+    """``squeue -s``/``--steps[=LIST]`` (issue 40): a running job's steps in the default step format
+    (STEPID NAME PARTITION USER TIME NODELIST), a step list, ``-h`` with a step format."""
+    def one(side: Side) -> dict:
+        wd = side.workdir("squeue-steps")
+        job = side.sbatch(["-N2", "-n2", "-J", "stepper", "-o", "steps.txt"], wd, "#!/bin/bash\nsrun sleep 300\n",
+                          "steps.sh")
+        norm = Norm(side, [wd], [job])
+        try:
+            side.wait_state(job, wd, {"RUNNING"})
+            deadline = time.time() + 60
+            while f"{job}.0" not in side.ok(["squeue", "-h", "-s", "-j", str(job), "-o", "%i"], wd).stdout:
+                assert time.time() < deadline, "the step did not start"
+                time.sleep(0.5)
+            default = side.ok(["squeue", "--steps", "-j", str(job)], wd).stdout.splitlines()
+            listed = side.ok(["squeue", f"--steps={job}.batch", "-o", "%i|%j|%P|%A|%N|%l"], wd).stdout
+            grouped = side.ok(["squeue", "-hs", f"{job}.0", "-o", "%i|%j|%A|%N"], wd).stdout
+        finally:
+            side.run(["scancel", str(job)], wd)
+        return {
+            "squeue -s default": [_step_line(norm, line) for line in default],
+            "squeue --steps=LIST": [norm.job(x) for x in listed.splitlines()],
+            "squeue -hs LIST": [norm.job(x) for x in grouped.splitlines()],
+        }
+
+    check_all("squeue steps", on_both(sides, one))
+
+
+def _step_line(norm: Norm, line: str) -> str:
+    """A fixed-width ``squeue -s`` line: its length, then its words with the step's job id numbered
+    and the run time (``0:03``) as ``<T>``."""
+    words = line.split()
+    words[0] = norm.job(words[0])
+    return f"{len(line)}|" + " ".join("<T>" if re.fullmatch(r"\d+:\d\d", w) else w for w in words)
+
+
 def _squeue_fixed(norm: Norm, line: str, width: int = 18) -> str:
     """A fixed-width squeue line with the job id (right-justified in ``width``) normalised, and TIME."""
     if DATE_LINE.fullmatch(line):

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from .. import settings
 from ..db import StateError, state_error
 from ..wake import ensure_running
 
@@ -36,11 +37,12 @@ def run(name: str, argv: list[str], entry: Callable[[list[str]], int] | None = N
         print(f"{name}: error: the local Slurm's commands are out of date: run `hpcnb slurm-path`", file=sys.stderr)
         return 1
     try:
+        settings.check()
         code = (entry or importlib.import_module(f"{__name__}.{name}").main)(argv)
         sys.stdout.flush()  # here, not at exit: a reader that left is a broken pipe caught below
         _restart_controller_if_needed()
         return code
-    except StateError as err:
+    except (StateError, settings.SettingError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
     except sqlite3.Error as err:

@@ -15,6 +15,7 @@ import time
 
 import hostlist
 
+from hpcnb.slurm.bounds import field_width
 from hpcnb.slurm.gpus import format_gpu_usage
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.states import CODES
@@ -254,7 +255,12 @@ def main(argv: list[str]) -> int:
         if key not in widths:
             print(f'sacct: error: Invalid field requested: "{name}"', file=sys.stderr)
             return 1
-        columns.append((name.strip(), key, int(width) if width.lstrip("-").isdigit() else widths[key]))
+        try:  # sacct's atoi(), into an int
+            size = field_width(width, wraps=False, signed=True) if width.lstrip("-").isdigit() else widths[key]
+        except ValueError as err:  # a width no real sacct prints
+            print(f"sacct: error: {err}", file=sys.stderr)
+            return 1
+        columns.append((name.strip(), key, size))
     now = time.time()
     only_steps: dict[str, set[str]] = {}  # -j JOB.STEP: that job's row is replaced by those step rows
     if ids:

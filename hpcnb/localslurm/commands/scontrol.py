@@ -1,4 +1,4 @@
-"""scontrol: show job/node/partition/hostnames; requeue, hold, release."""
+"""scontrol: show job/node/partition/config/reservation/hostnames; requeue, hold, release."""
 from __future__ import annotations
 
 import sys
@@ -225,9 +225,9 @@ def show_partition(part, cluster) -> str:
         f"PartitionName={part.name}",
         "   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
         f"   AllocNodes=ALL Default={'YES' if part.default else 'NO'} QoS=N/A",
-        "   DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO " + ("ExclusiveTopo=NO " if modern else "")
-        + "GraceTime=0 Hidden=NO",
-        f"   MaxNodes=UNLIMITED MaxTime={max_time} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED"
+        f"   DefaultTime={'NONE' if part.default_time is None else format_limit(part.default_time)} "
+        "DisableRootJobs=NO ExclusiveUser=NO " + ("ExclusiveTopo=NO " if modern else "") + "GraceTime=0 Hidden=NO",
+        f"   MaxNodes={part.max_nodes or 'UNLIMITED'} MaxTime={max_time} MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED"
         + (" MaxCPUsPerSocket=UNLIMITED" if modern else ""),
         *(["   NodeSets=ALL"] if modern else []),
         f"   Nodes={hostlist.collect_hostlist(list(part.nodes))}",
@@ -238,6 +238,27 @@ def show_partition(part, cluster) -> str:
         "   DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",
         f"   TRES=cpu={cpus},mem={format_size(mem, 'M')},node={len(part.nodes)},billing={cpus}" + (f",gres/gpu={gpus}" if gpus else ""),
     ]) + "\n"
+
+
+def show_config(cluster) -> str:
+    """``scontrol show config``: the settings the local Slurm has (``Key = Value``, as Slurm prints them)."""
+    from ..apart import mode
+    from ..submit import MAX_ARRAY_SIZE
+
+    settings = {
+        "AccountingStorageEnforce": "associations" if cluster.account_required or cluster.accounts else "none",
+        "AccountingStorageType": "accounting_storage/none",
+        "ClusterName": cluster.name,
+        "DefMemPerCPU": str(cluster.def_mem_per_cpu_mb),
+        "JobContainerType": "job_container/tmpfs" if mode() == "apart" else "(null)",
+        "KillWait": f"{cluster.kill_wait_s} sec",
+        "MaxArraySize": str(MAX_ARRAY_SIZE),
+        "SLURM_VERSION": cluster.release,
+        "SelectType": "select/cons_tres",
+    }
+    lines = [f"Configuration data as of {formats.stamp(db.now())}"]
+    lines += [f"{key:<23} = {value}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
@@ -300,6 +321,12 @@ def main(argv: list[str]) -> int:
             if one_liner:
                 records = [" ".join(records_line.strip() for records_line in r.splitlines()) + " \n" for r in records]
             print("\n".join(records))
+            return 0
+        if what in ("config", "conf", "configuration"):
+            print(show_config(cluster))
+            return 0
+        if what in ("reservation", "reservations", "res"):
+            print("No reservations in the system")  # the local Slurm keeps none
             return 0
         if what in ("partition", "partitions"):
             parts = [p for p in cluster.partitions.values() if not names or p.name == names[0]]

@@ -12,9 +12,10 @@ import time
 
 import hostlist
 
+from hpcnb.slurm.bounds import field_width
 from hpcnb.slurm.times import format_squeue_time
 
-from .. import alloc, db
+from .. import alloc, db, formats
 from .common import getopt_parse, open_cluster
 
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
@@ -81,11 +82,11 @@ def rows(cluster, conn, by_node: bool, summary: bool = False, shows_address: boo
     return out
 
 
-def _partition_name(part, width: str) -> str:
-    """P: the name with ``*`` for the default partition; cut so that the ``*`` stays."""
+def _partition_name(part, width: int) -> str:
+    """P: the name with ``*`` for the default partition; cut so that the ``*`` stays (``width`` > 0)."""
     name = part.name + ("*" if part.default else "")
-    if width and part.default and len(name) > int(width):
-        name = part.name[: max(0, int(width) - 1)] + "*"
+    if width > 0 and part.default and len(name) > width:
+        name = part.name[: max(0, width - 1)] + "*"
     return name
 
 
@@ -122,7 +123,7 @@ def fields(row: dict, cluster) -> dict:
         "h": lambda: "NO",
         "H": lambda: "Unknown",
         "l": lambda: "infinite" if part.max_time is None else format_squeue_time(part.max_time),
-        "L": lambda: "n/a",
+        "L": lambda: "n/a" if part.default_time is None else format_squeue_time(part.default_time),
         "m": lambda: str(first.memory_mb),
         "n": lambda: "localhost",
         "N": lambda: hostlist.collect_hostlist(names),
@@ -130,7 +131,7 @@ def fields(row: dict, cluster) -> dict:
         "O": lambda: f"{os.getloadavg()[0]:.2f}",
         "p": lambda: "1",
         "r": lambda: "no",
-        "s": lambda: "1-infinite",
+        "s": lambda: _job_size(part.max_nodes),
         "S": lambda: "all",
         "t": lambda: row["state"],
         "T": lambda: LONG_STATES[row["state"]],
@@ -143,6 +144,13 @@ def fields(row: dict, cluster) -> dict:
         "Z": lambda: "1",
         "z": lambda: f"1:{first.cpus}:1",
     }
+
+
+def _job_size(max_nodes: int | None) -> str:
+    """sinfo's JOB_SIZE: the nodes a job may ask for there (``1-infinite``, ``1-4``, ``1``)."""
+    if max_nodes is None:
+        return "1-infinite"
+    return "1" if max_nodes == 1 else f"1-{max_nodes}"
 
 
 def _free_mb() -> int:
@@ -172,12 +180,8 @@ def render(fmt: str, values: dict, part=None) -> str:
             continue
         value = values[letter]()
         if letter == "P" and part is not None:
-            value = _partition_name(part, width)
-        if width:
-            size = int(width)
-            value = value[:size]
-            value = value.rjust(size) if right else value.ljust(size)
-        out.append(value)
+            value = _partition_name(part, field_width(width) if width else 0)
+        out.append(formats.cell(value, bool(right), width))
     out.append(fmt[pos:])
     return "".join(out)
 
@@ -198,8 +202,8 @@ def long_format(spec: str) -> list[tuple[str, int, bool]]:
             print(f"sinfo: error: Invalid job format specification: {name.strip()}", file=sys.stderr)
             continue
         right = width.startswith(".")
-        size = width.lstrip(".")
-        out.append((letter, int(size) if size.isdigit() else 20, right))
+        size = width.lstrip(".")  # sinfo's _parse_long_token: strtol, into an int
+        out.append((letter, field_width(size, wraps=False) if size[:1].isdigit() else 20, right))
     return out
 
 
@@ -208,9 +212,8 @@ def render_long(spec: list[tuple[str, int, bool]], values: dict, part=None) -> s
     for letter, width, right in spec:
         value = values[letter]()
         if letter == "P" and part is not None:
-            value = _partition_name(part, str(width))
-        value = value[:width]
-        out.append(value.rjust(width) if right else value.ljust(width))
+            value = _partition_name(part, width)
+        out.append(formats.cell(value, right, str(width)))
     return "".join(out)
 
 
@@ -225,7 +228,11 @@ def main(argv: list[str]) -> int:
         if opt in ("-o", "--format"):
             fmt = val
         elif opt in ("-O", "--Format"):
-            spec = long_format(val)
+            try:
+                spec = long_format(val)
+            except ValueError as err:  # a width no real sinfo prints
+                print(f"sinfo: error: {err}", file=sys.stderr)
+                return 1
         elif opt in ("-h", "--noheader"):
             show_header = False
         elif opt in ("-N", "--Node"):
@@ -245,6 +252,11 @@ def main(argv: list[str]) -> int:
             fmt = (LONG_FORMAT_2411 if cluster.since("24.11") else LONG_FORMAT) if long else DEFAULT_FORMAT
     if fmt is not None:
         check_format(fmt)
+        try:
+            formats.check_widths(fmt)
+        except ValueError as err:
+            print(f"sinfo: error: {err}", file=sys.stderr)
+            return 1
     lines = []
     if long and show_header:
         lines.append(time.strftime("%a %b %e %H:%M:%S %Y"))

@@ -5,7 +5,7 @@ import re
 import sys
 import time
 
-from hpcnb.slurm.bounds import c_int, saturated
+from hpcnb.slurm.bounds import c_int, saturated, strtol
 from hpcnb.slurm.sizes import format_size
 from hpcnb.slurm.states import BASE, CODES
 from hpcnb.slurm.times import format_squeue_time
@@ -110,12 +110,117 @@ def _bad_id(token: str) -> bool:
     return bool(digits) and c_int(saturated(digits)) <= 0
 
 
+# squeue -s/--steps (squeue.c's default step format; print.c's headers)
+STEP_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
+STEP_HEADERS = {"i": "STEPID", "j": "NAME", "P": "PARTITION", "u": "USER", "U": "UID", "M": "TIME",
+                "N": "NODELIST", "A": "TASKS", "l": "TIME_LIMIT", "S": "START_TIME"}
+# the special steps' ids (slurm.h: SLURM_INTERACTIVE_STEP, _BATCH_SCRIPT, _EXTERN_CONT): squeue sorts by id
+SPECIAL_STEP_IDS = {"interactive": 0xFFFFFFFA, "batch": 0xFFFFFFFB, "extern": 0xFFFFFFFC}
+
+
+def _steps_option(argv: list[str]) -> tuple[list[str], bool, str | None]:
+    """Take ``-s``/``--steps[=LIST]`` (an optional argument, which Python's getopt has not) out of
+    argv: the rest, whether it was given, and its list of steps (``-sLIST``, ``--steps=LIST``)."""
+    rest, given, wanted = [], False, None
+    for i, token in enumerate(argv):
+        if token == "--":
+            return rest + argv[i:], given, wanted
+        name, eq, value = token.partition("=")
+        if name in ("--ste", "--step", "--steps"):  # getopt_long takes any unambiguous prefix
+            given, wanted = True, value if eq else wanted
+        elif token.startswith("-s") and not token.startswith("--"):
+            given, wanted = True, token[2:] or wanted
+        else:
+            rest.append(token)
+    return rest, given, wanted
+
+
+def _step_id(job: dict, step: str) -> str:
+    """A step as squeue -s names it: ``7.0``, ``7.batch``, ``3_1.0`` for an array task's."""
+    if job["array_job_id"] is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}.{step}"
+    return f"{job['id']}.{step}"
+
+
+def _leading_int(text: str) -> tuple[int, str]:
+    """C's ``strtol`` into an ``int``: the leading number (0 if none) and what follows it."""
+    match = re.match(r"\s*[+-]?[0-9]*", text)
+    digits = match[0].strip()  # type: ignore[index]
+    number = c_int(strtol(digits)) if digits.lstrip("+-") else 0
+    return number, text[match.end():]  # type: ignore[union-attr]
+
+
+def step_list(text: str) -> list[tuple[int, int | None, int]]:
+    """``-s LIST`` as opts.c's ``_build_step_list`` reads it: ``JOB[_TASK].STEP`` items, each a
+    ``strtol`` (so ``7.batch`` is step 0); raises ValueError with squeue's message for a bad one."""
+    out = []
+    for item in filter(None, text.split(",")):
+        parts = [p for p in item.split(".") if p]  # strtok: empty fields are skipped
+        if not parts:
+            break
+        job_id, rest = _leading_int(parts[0])
+        task = _leading_int(rest[1:])[0] if rest.startswith("_") else None
+        if len(parts) < 2:
+            raise ValueError(f"Invalid job_step id: {parts[0]}.??")
+        step = _leading_int(parts[1])[0]
+        if job_id <= 0 or step < 0:
+            raise ValueError(f"Invalid job_step id: {parts[0]}.{parts[1]}")
+        out.append((job_id, task, step))
+    return out
+
+
+def _step_number(step: str) -> int:
+    """A step's id as Slurm numbers it (``batch`` is SLURM_BATCH_SCRIPT, 0xfffffffb...)."""
+    return SPECIAL_STEP_IDS.get(step, int(step) if step.isdigit() else 0)
+
+
+def _named(job: dict, step: int, wanted: list[tuple[int, int | None, int]]) -> bool:
+    """Is this step of this job in the list (print.c's ``_filter_step``)?"""
+    return any(number == step and (job["id"] == job_id or job["array_job_id"] == job_id if task is None
+                                   else job["array_job_id"] == job_id and job["array_task_id"] == task)
+               for job_id, task, number in wanted)
+
+
+def _step_lines(conn, jobs: list[dict], fmt: str, show_header: bool, wanted: str | None, now: float) -> list[str]:
+    """squeue -s: the running steps of running jobs (``wanted``: only those listed, ``7.0,8.1``), by
+    partition and step id, as print.c's step fields print them."""
+    listed = step_list(wanted) if wanted is not None else None
+    rows = []
+    for job in jobs:
+        if job["state"] not in db.ACTIVE_STATES:
+            continue
+        for step in db.steps_of(conn, job["id"]):
+            number = _step_number(step["step"])
+            if step["state"] != "RUNNING" or listed is not None and not _named(job, number, listed):
+                continue
+            rows.append(((job["partition"], job["id"], number), job, step, _step_id(job, step["step"])))
+    rows.sort(key=lambda row: row[0])
+    lines = [formats.header(fmt, STEP_HEADERS)] if show_header else []
+    for _, job, step, text in rows:
+        lines.append(formats.render(fmt, {
+            "i": lambda t=text: t, "j": lambda s=step: s["name"], "P": lambda j=job: j["partition"],
+            "u": lambda j=job: j["user"], "U": lambda j=job: str(j["uid"]),
+            "M": lambda s=step: format_squeue_time(max(0.0, now - s["start_time"])),
+            "N": lambda s=step: s["nodelist"], "A": lambda s=step: str(s["ntasks"]), "l": lambda: "UNLIMITED",
+            "S": lambda s=step: formats.stamp(s["start_time"])}))
+    return lines
+
+
 def main(argv: list[str]) -> int:
-    opts, _ = getopt_parse(
-        "squeue", argv, "u:j:t:o:hp:n:rlaw:",
+    argv, steps, wanted_steps = _steps_option(argv)
+    opts, positional = getopt_parse(
+        "squeue", argv, "u:j:t:o:hp:n:rlaw:s",  # -s here: within a group of flags (-hs)
         ["user=", "jobs=", "states=", "format=", "noheader", "partition=", "name=", "array", "long", "me",
          "all", "nodelist=", "sort=", "iterate="],
     )
+    steps = steps or any(opt == "-s" for opt, _ in opts)
+    if steps and wanted_steps is None and positional:  # opts.c: "squeue -s 7.0" names its steps so
+        wanted_steps = positional[0]
+    try:
+        step_list(wanted_steps or "")
+    except ValueError as err:
+        print(f"squeue: error: {err}", file=sys.stderr)
+        return 1
     conn, cluster = open_cluster()
     fmt, show_header, array_lines, long_listing = DEFAULT_FORMAT, True, False, False
     users = partitions = names = states = job_ids = None
@@ -153,7 +258,20 @@ def main(argv: list[str]) -> int:
             array_lines = True
         elif opt in ("-l", "--long"):
             fmt, long_listing = LONG_FORMAT, True
+    try:
+        formats.check_widths(fmt)
+    except ValueError as err:  # a width no real squeue prints
+        print(f"squeue: error: {err}", file=sys.stderr)
+        return 1
     now = time.time()
+    if steps:
+        given = next((v for o, v in reversed(opts) if o in ("-o", "--format")), None)
+        jobs = [j for j in select_jobs(conn, job_ids, "state IN ('RUNNING','COMPLETING','SUSPENDED')")
+                if (not users or j["user"] in users) and (not partitions or j["partition"] in partitions)]
+        lines = _step_lines(conn, jobs, given or STEP_FORMAT, show_header, wanted_steps, now)
+        if lines:
+            print("\n".join(lines))
+        return 0
     codes = {v: k for k, v in CODES.items()}
     if states and "ALL" not in states:
         states = {codes.get(s, s) for s in states}
