@@ -7,11 +7,15 @@ the lesson, once, in a fresh workspace (one page load: no restored tab, no secon
 it again and starts a second kernel). When the server has one session for the lesson, its kernel
 idle and this page connected to it, the test runs the lesson to the end, saves it, checks that
 every cell ran without an error inside the server's own job (hpcnb says so and starts the lesson's
-jobs without that job's variables: its ``srun`` is no step of the server's job), then stops the
-server from the hub's home page and checks that its job is gone. Stopping the hub at the end stops
-the proxy and any job left; the student's jobs are cancelled whatever happened. A failure shows
-what the page saw (its tabs, the kernel's state, the cells run, the server's sessions), the hub's
-and the server's logs and the server job in squeue and sacct.
+jobs without that job's variables: its ``srun`` is no step of the server's job). After lesson 1 come
+lesson 8's cells on training on the node the notebook holds (tagged ``own-node``): there the notebook
+*is* in a job, so they train with ``torch.distributed.run --standalone`` in the server's node and once
+more as ``srun --overlap --jobid=<the server's job>``, which sacct must list as a step of that job,
+beside the server's own. Then the test stops the server from the hub's home page and checks that
+its job is gone. Stopping the hub at the end stops the proxy and any job left; the student's jobs
+are cancelled whatever happened. A failure shows what the page saw (its tabs, the kernel's state,
+the cells run, the server's sessions), the hub's and the server's logs and the server job in squeue
+and sacct.
 
 A second participant, ``hpcnb-student2``, can read neither the first one's home nor their job's
 output (homes are 0700).
@@ -63,14 +67,28 @@ SLURM_BIN = PREFIX / "slurm-bin"
 USER = "hpcnb-student"
 OTHER = "hpcnb-student2"  # a second participant (make test-portal installs both)
 LESSON = "notebooks/01-cluster-anatomy.ipynb"
+SECTION = "notebooks/08-ddp.ipynb"  # its cells tagged SECTION_TAG run after lesson 1, in the same kernel
+SECTION_TAG = "own-node"  # "Training on the node your notebook holds"
 LESSON_URL = f"/user/{USER}/lab/tree/{LESSON}"  # a workshop's link: JupyterLab with the lesson open
 # the login page's port; the hub's API and the proxy's API take the next two (below the tests' ranges)
 PORT = {"local": 14100, "real": 14110}[VARIANT]
 HUB_UP_S = 120
 SPAWN_S = 240     # the hub gives up after start_timeout (180 s) + http_timeout
 KERNEL_S = 180    # the lesson's kernel started and connected (the server waits 60 s for a kernel's first reply)
-LESSON_S = 600    # lesson 1 takes about 10 s on the local Slurm, 2 min on the real one (a requeue holds 120 s)
+LESSON_S = 660    # lesson 1 takes about 10 s on the local Slurm, 2 min on the real one (a requeue holds 120 s);
+#                   lesson 8's section on the notebook's node adds two one-process trainings
 STOP_S = 60
+
+
+def portal_lesson() -> nbformat.NotebookNode:
+    """What the student opens: lesson 1, then lesson 8's cells tagged SECTION_TAG; no outputs yet."""
+    lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
+    section = nbformat.read(PREFIX / "course" / SECTION, as_version=4)
+    lesson.cells += [cell for cell in section.cells if SECTION_TAG in cell.metadata.get("tags", [])]
+    for cell in lesson.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return lesson
 
 
 def _home() -> Path:
@@ -164,10 +182,7 @@ def portal(tmp_path: Path):
         old.unlink()
     # a first visit: no JupyterLab workspace that reopens the lesson (and starts its kernel) on login
     shutil.rmtree(_home() / ".jupyter" / "lab" / "workspaces", ignore_errors=True)
-    lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
-    for cell in lesson.cells:  # a fresh lesson: no outputs yet
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
+    lesson = portal_lesson()
     target = _home() / "hpcnb-course" / LESSON
     nbformat.write(lesson, target)
     shutil.chown(target, USER, USER)
@@ -290,10 +305,11 @@ def peak_memory(job_id: str) -> str:
     return f"server peak memory {res.stdout.strip()} of {mem.stdout.strip() or '?'}"
 
 
-def job_steps(job_id: str) -> list[str]:
-    """The steps of a job in sacct (``batch``, ``0``, ...)."""
-    res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID")
-    return [line.split(".", 1)[1] for line in res.stdout.split() if "." in line]
+def job_steps(job_id: str) -> dict[str, str]:
+    """The steps of a job in sacct with their command and state: ``{"batch": "batch COMPLETED", "0": ...}``."""
+    res = as_student("sacct", "-j", job_id, "-n", "-P", "-o", "JobID,JobName,State")
+    rows = (line.split("|") for line in res.stdout.split())
+    return {i.split(".", 1)[1]: f"{name} {state}" for i, name, state in rows if "." in i}
 
 
 @pytest.mark.timeout(300)
@@ -358,8 +374,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
                 return state
 
             # JupyterLab adds a long notebook's cells to the page bit by bit: count against the file's
-            lesson = nbformat.read(PREFIX / "course" / LESSON, as_version=4)
-            code_cells = sum(c.cell_type == "code" for c in lesson.cells)
+            code_cells = sum(c.cell_type == "code" for c in portal_lesson().cells)
             wait_until(f"all {code_cells} code cells of {LESSON} ran", lesson_state, LESSON_S, portal,
                        ready=lambda state: bool(state and state["cells"] == state["ran"] == code_cells), poll=2)
             times["lesson run"] = time.monotonic() - t1
@@ -373,7 +388,7 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
             cells = wait_until("the run lesson is saved", saved_cells, 30, portal,
                                ready=lambda cells: all(c.execution_count for c in cells))
             page.screenshot(path=str(ARTIFACTS / f"portal-{VARIANT}-lesson.png"))  # the run lesson
-            steps = job_steps(job)  # the lesson's srun asked for jobs of its own
+            steps = job_steps(job)  # lesson 1's srun asked for jobs of its own; lesson 8's section made one step
             memory = peak_memory(job)
 
             t2 = time.monotonic()
@@ -399,7 +414,13 @@ def test_lesson_runs_in_a_spawned_server(portal: Portal) -> None:
     assert f"talks to the {VARIANT} Slurm" in first
     srun = next(c for c in cells if c.source.startswith("!srun"))
     assert re.search(r"^node\d\s*$", "".join(o.get("text", "") for o in srun.outputs), re.MULTILINE), srun.outputs
-    assert set(steps) <= {"batch", "extern", "0"}, f"the lesson ran steps in the server's job {job}: {steps}"
+    # step 0 is the server; lesson 8's `srun --overlap --jobid` is the only other step (lesson 1's srun is none)
+    assert sorted(set(steps) - {"batch", "extern"}) == ["0", "1"], f"the steps of the server's job {job}: {steps}"
+    assert steps["1"] == "python COMPLETED", f"the section's srun --overlap step in job {job}: {steps}"
+    section = "".join(o.get("text", "") for c in cells if SECTION_TAG in c.metadata.get("tags", []) for o in c.outputs)
+    assert f"this notebook's server is job {job} on " in section, f"lesson 8's section in the server's job:\n{section}"
+    for said in ("the same training, the same weights: True", "the srun ran as a step of the notebook's job: True"):
+        assert said in section, f"lesson 8's section in the server's job:\n{section}"
     errors = [o for c in cells for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     print(f"portal on the {VARIANT} Slurm: " + ", ".join([f"{k} {v:.1f} s" for k, v in times.items()]

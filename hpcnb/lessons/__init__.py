@@ -2,7 +2,8 @@
 API, one module per topic, each naming its lessons in its docstring: ``checkpoint`` (12),
 ``distributed`` (8, 10, 11, 13), ``markdown`` (1, 2, 6, 7, 11: tables), ``precision`` (7),
 ``scaling`` (11), ``softenv`` (3b), ``spread`` (2, 6, 8, 10), ``storage`` (2), ``stragglers`` (13),
-``training`` (8, 9, 10), ``tuning`` (6, 7), ``tunnel`` (5). This module holds what every notebook needs:
+``training`` (8, 9, 10), ``tuning`` (6, 7), ``tunnel`` (5), ``ownjob`` (8: the notebook's own job).
+This module holds what every notebook needs:
 
 * :func:`setup` — the first cell of every lesson and exercise notebook;
 * :func:`work_folder` — the folder a lesson's files and jobs work in;
@@ -29,7 +30,8 @@ def setup(workdir: str | None = None) -> Path | None:
     * inside a Slurm job (a portal's notebook server is one) the job's ``SLURM_*`` variables
       leave this kernel, saying so once: ``srun`` in a cell then asks for an allocation of its
       own, as on a login node, instead of running as a step of the server's job, and new jobs
-      do not inherit the server's memory or CPU settings;
+      do not inherit the server's memory or CPU settings (:mod:`hpcnb.lessons.ownjob` keeps the
+      job's id and node for steps run into it on purpose, lesson 8);
     * the site's project and required directives for every job (``SBATCH_ACCOUNT``...,
       :func:`hpcnb.lessons.jobscripts.site_environment`), where the user has not set them;
     * ``%%jobscript FILE [--gpus-per-node N]`` writes a cell as a job script for the site in
@@ -39,8 +41,10 @@ def setup(workdir: str | None = None) -> Path | None:
     import hpcnb
     from hpcnb.backend import check_settings, login_env, which_slurm, without_job_variables
     from hpcnb.lessons.jobscripts import register_magic, site_environment
+    from hpcnb.lessons.ownjob import remember_server_job
 
     check_settings()  # a bad HPCNB_* value: one clear SettingError before anything changes
+    remember_server_job(os.environ)  # the server's job, for lesson 8's steps into it (hpcnb.lessons.ownjob)
     env = without_job_variables(login_env())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     os.environ.clear()
