@@ -15,8 +15,10 @@
 # (10.78.0.2; 24.11: 10.78.1.2) and `localhost`, `hostname` says node2, and its /tmp and /dev/shm
 # are its job's own on node2 (ci/real-slurm/job_tmp.c); this host, the login node, is 10.78.0.254
 # to them (`ci/real-slurm.sh address`); see node_network, node_tmp and build_job_tmp below),
-# partitions debug (default) and short. Config templates live in ci/real-slurm/ and are
-# installed into /etc/slurm/ (of the host, or of the chroot).
+# partitions debug (default), short and long (each with its own limits), accounts course (default)
+# and research enforced for every CI user, a reservation years ahead (accounts_and_reservation
+# below). Config templates live in ci/real-slurm/ and are installed into /etc/slurm/ (of the host,
+# or of the chroot).
 #
 #   version  where                       slurmctld  slurmdbd  slurmd        commands
 #   22.05    the host (Debian 12)        6817       6819      17001-17002   /usr/bin
@@ -258,6 +260,46 @@ wait_nodes() {
 accounting_ready() {
   [ -n "$("${IN[@]}" sacctmgr -n -P list cluster "$CLUSTER" format=controlhost 2>/dev/null)" ] &&
     "${IN[@]}" sacct -n -X -a -S now-1hour -o JobID >/dev/null 2>&1
+}
+
+# -- accounts and a reservation, as a centre has them -------------------------------------------
+# AccountingStorageEnforce=associations (slurm.conf): a job runs only under an account its user is
+# associated with. Every user that submits here in CI gets the accounts course (its default: jobs
+# without --account run there) and research: root (the parity suite), the course's user
+# (ci/real-course.sh) and the portal's (ci/portal.sh; $HPCNB_REAL_SLURM_USERS, space-separated, adds
+# more). A maintenance reservation on node2, years ahead, is there to be seen (scontrol show
+# reservation); no job of the tests reaches it (an INFINITE time limit counts as one year).
+ACCOUNTS=(course research) DEFAULT_ACCOUNT=course
+RESERVATION=(ReservationName=maint StartTime=2036-01-05T08:00:00 Duration=08:00:00 Nodes=node2 Users=root Flags=MAINT)
+ci_users() { echo root hpcnb-student hpcnb-student2 student1 student2 student3 ${HPCNB_REAL_SLURM_USERS:-}; }
+
+accounts_and_reservation() {
+  local a u have
+  have=$("${IN[@]}" sacctmgr -n -P list account format=account 2>/dev/null)
+  for a in "${ACCOUNTS[@]}"; do
+    printf '%s\n' "$have" | grep -qx "$a" ||
+      "${IN[@]}" sacctmgr -i add account "$a" cluster="$CLUSTER" description="$a" organization=hpcnb >/dev/null ||
+      die_logs "sacctmgr add account $a failed"
+  done
+  have=$("${IN[@]}" sacctmgr -n -P list assoc cluster="$CLUSTER" format=user,account 2>/dev/null)
+  for u in $(ci_users); do
+    for a in "${ACCOUNTS[@]}"; do
+      printf '%s\n' "$have" | grep -qx "$u|$a" ||
+        "${IN[@]}" sacctmgr -i add user "$u" account="$a" cluster="$CLUSTER" >/dev/null ||
+        die_logs "sacctmgr add user $u account=$a failed"
+    done
+    "${IN[@]}" sacctmgr -i modify user "$u" set defaultaccount="$DEFAULT_ACCOUNT" >/dev/null 2>&1 || true
+  done
+  # root's built-in association with the account root: gone, so root has the accounts every user has
+  if printf '%s\n' "$have" | grep -qx 'root|root'; then
+    "${IN[@]}" sacctmgr -i remove user root account=root cluster="$CLUSTER" >/dev/null ||
+      die_logs "sacctmgr remove user root account=root failed"
+  fi
+  if ! "${IN[@]}" scontrol show reservation "${RESERVATION[0]#*=}" >/dev/null 2>&1; then
+    "${IN[@]}" scontrol create reservation "${RESERVATION[@]}" >/dev/null ||
+      die_logs "scontrol create reservation ${RESERVATION[*]} failed"
+  fi
+  log "accounts ${ACCOUNTS[*]} (default $DEFAULT_ACCOUNT) for: $(ci_users); reservation ${RESERVATION[0]#*=}"
 }
 
 # apt_install LOG PACKAGE...: install on the host, keeping maintainer scripts from starting services
@@ -734,6 +776,7 @@ cmd_up() {
 
   wait_nodes
   wait_for "sacct (slurmctld registered with slurmdbd)" accounting_ready
+  accounts_and_reservation
   [ -z "$ROOTFS" ] || write_wrappers
   "${IN[@]}" sinfo
   log "cluster '$CLUSTER' (Slurm $VERSION) ready in $(since "$t0") s; its commands: $BIN_DIR"

@@ -114,11 +114,15 @@ def test_local_profile_shape_is_exact() -> None:
     assert p.nodes == (NodeGroup(names="node[1-2]", cpus=2, memory_mb=8000, gpus=2, gpu_type="v100",
                                  features=("gpu", "v100")),)
     assert p.nodes[0].hostnames == ("node1", "node2")
-    assert [part.name for part in p.partitions] == ["debug", "short"]
-    debug, short = p.partitions
+    assert [part.name for part in p.partitions] == ["debug", "short", "long"]
+    debug, short, long = p.partitions
     assert debug.default and debug.max_time == "INFINITE" and debug.max_seconds is None
     assert not short.default and short.max_time == "00:10:00" and short.max_seconds == 600
     assert short.preemptible is False and debug.nodes is None and short.nodes is None
+    # ci/real-slurm/slurm.conf's third partition: PartitionName=long DefaultTime=01:00:00 MaxTime=2-00:00:00 MaxNodes=1
+    assert (long.max_time, long.default_time, long.max_nodes) == ("2-00:00:00", "01:00:00", 1)
+    assert (debug.default_time, debug.max_nodes) == (None, None)
+    assert p.accounts == ("course", "research")  # ci/real-slurm.sh's accounts, course the default
     assert p.slurm_tmpdir is True
     assert (p.def_mem_per_cpu_mb, p.kill_wait_s, p.cluster_name) == (500, 2, "hpcnb")
     assert p.slurm_version == "24.11" and p.guide_slurm_version is None  # the release most sites run
@@ -197,7 +201,7 @@ def test_partition_and_tier_lookups() -> None:
     p = load_profile("local")
     assert p.partition("short").max_time == "00:10:00"
     assert p.partition(None).name == "debug"
-    with pytest.raises(ProfileError, match=r"debug, short"):
+    with pytest.raises(ProfileError, match=r"debug, short, long"):
         p.partition("gpu")
     assert p.tier("home").path == "$HOME"
     with pytest.raises(ProfileError, match=r"home, scratch"):
@@ -279,6 +283,30 @@ def test_time_fields_are_not_range_checked_as_in_slurm(text: str, seconds: int) 
 def test_time_written_as_number_is_rejected(tmp_path: Path) -> None:
     err = error_for(broken(tmp_path, '"00:30:00"', "30"))
     assert err.field == "partitions[1].max_time" and "quotes" in str(err)
+
+
+def test_partition_limits_and_accounts_are_read(tmp_path: Path) -> None:
+    p = load_profile(broken(tmp_path, 'max_time = "00:30:00"',
+                            'max_time = "00:30:00"\ndefault_time = "10:00"\nmax_nodes = 1'))
+    assert (p.partition("quick").default_time, p.partition("quick").max_nodes) == ("10:00", 1)
+    assert p.accounts == ()  # no account rule unless the profile gives one
+    assert load_profile(broken(tmp_path, "slurm_tmpdir = false", 'slurm_tmpdir = false\naccounts = ["a", "b"]')
+                        ).accounts == ("a", "b")
+
+
+@pytest.mark.parametrize("old, new, field, words", [
+    ('max_time = "00:30:00"', 'max_time = "00:30:00"\ndefault_time = "01:00:00"', "partitions[1].default_time",
+     "within the partition's max_time"),
+    ('max_time = "00:30:00"', 'max_time = "00:30:00"\ndefault_time = "0"', "partitions[1].default_time", "within"),
+    ('max_time = "00:30:00"', 'max_time = "00:30:00"\ndefault_time = "soon"', "partitions[1].default_time", "soon"),
+    ('max_time = "00:30:00"', 'max_time = "00:30:00"\nmax_nodes = 0', "partitions[1].max_nodes", "positive"),
+    ("slurm_tmpdir = false", 'slurm_tmpdir = false\naccounts = ["a", "a"]', "accounts[1]", "twice"),
+    ("slurm_tmpdir = false", 'slurm_tmpdir = false\naccounts = ["my project"]', "accounts[0]", "not an account"),
+])
+def test_bad_partition_limits_and_accounts_are_named(tmp_path: Path, old: str, new: str, field: str,
+                                                     words: str) -> None:
+    err = error_for(broken(tmp_path, old, new))
+    assert err.field == field and words in str(err)
 
 
 def test_partition_naming_unknown_node(tmp_path: Path) -> None:
@@ -439,7 +467,8 @@ def test_compare_mixed_inputs_and_subfields() -> None:
         {"profile": "pizdaint", "gpu_request": "--constraint=gpu"},
     ]
     parts = compare(["local"], "partitions")
-    assert parts == [{"profile": "local", "debug": "max INFINITE (default)", "short": "max 00:10:00"}]
+    assert parts == [{"profile": "local", "debug": "max INFINITE (default)", "short": "max 00:10:00",
+                      "long": "max 2-00:00:00"}]
     assert compare(["alvis"], "modules.pytorch")[0]["pytorch"].startswith("module load PyTorch")
     rules = compare(["hpc2n"], "rules")[0]["rules"]
     assert rules.count("\n") == len(load_profile("hpc2n").rules) - 1

@@ -24,7 +24,8 @@ In a notebook, after ``hpcnb.setup()``::
     #SBATCH --ntasks-per-node={per_node}
     srun python train.py
 
-The site is ``HPCNB_PROFILE`` (default ``local``), the project ``HPCNB_PROJECT`` (default ``demo``);
+The site is ``HPCNB_PROFILE`` (default ``local``), the project ``HPCNB_PROJECT`` (default: the profile's
+default account where it enforces accounts, e.g. a probed profile's, else ``demo``);
 ``HPCNB_RESERVATION`` (a workshop's reservation on the cluster) adds ``--reservation`` to every script
 and, through Slurm's input variables, to every ``sbatch``, ``salloc`` and ``srun`` of the kernel.
 """
@@ -128,13 +129,19 @@ def _account_line(profile: Profile, project: str) -> str | None:
     return f"{option}={re.sub(r'<[^>]*>', project, example) if '<' in example else project}"
 
 
+def _project(site: Profile, project: str | None) -> str:
+    """The project a job is charged to: the one given, else ``HPCNB_PROJECT``, else the site's default
+    account where it enforces accounts (any other is refused there), else ``demo``."""
+    return project or os.environ.get(PROJECT_VAR) or (site.accounts[0] if site.accounts else "demo")
+
+
 def site_environment(profile: Profile | str | None = None, project: str | None = None) -> dict[str, str]:
     """The variables that give every job of this kernel the site's project and required directives,
     ``!sbatch --wrap`` and ``!salloc`` included: ``SBATCH_ACCOUNT``, ``SALLOC_ACCOUNT``,
     ``SLURM_ACCOUNT`` (srun), ``*_CONSTRAINT``... (``hpcnb.setup()``, every lesson). A form Slurm
     reads from no variable (Stability's ``--comment``) must be in each script."""
     site = profile if isinstance(profile, Profile) else load_profile(profile)
-    project = project or os.environ.get(PROJECT_VAR) or "demo"
+    project = _project(site, project)
     lines = [*site.required_directives, _account_line(site, project) if site.account_required else None]
     env: dict[str, str] = {}
     for line in filter(None, lines):
@@ -161,7 +168,7 @@ def for_site(text: str, profile: Profile | str | None = None, *, gpus_per_node_w
     the script already gives is kept and not added again), ``{per_node}`` filled in, and at a
     login-shell site this kernel's environment activated before the first command."""
     site = profile if isinstance(profile, Profile) else load_profile(profile)
-    project = project or os.environ.get(PROJECT_VAR) or "demo"
+    project = _project(site, project)
     granted = gpus_per_node(site, gpus_per_node_wanted)
     parsed = parse_script(text)
     partition = partition_for(site, granted > 0).name

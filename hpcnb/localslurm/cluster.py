@@ -36,6 +36,8 @@ class Partition(NamedTuple):
     default: bool
     nodes: tuple[str, ...]
     preemptible: bool
+    default_time: int | None = None  # seconds a job without --time gets; None = max_time
+    max_nodes: int | None = None  # None = UNLIMITED
 
 
 class Cluster(NamedTuple):
@@ -50,6 +52,7 @@ class Cluster(NamedTuple):
     account_directive: str | None  # e.g. "--account=def-<PI>" or "--comment=<project>"
     slurm_version: str = "22.05"  # whose behaviour this cluster emulates (hpcnb.sites.SLURM_VERSIONS)
     shared_paths: tuple[str, ...] = ()  # the profile's shared storage ("/tmp/hpcnb-$USER/scratch"): on every node
+    accounts: tuple[str, ...] = ()  # enforced accounts, the first the default; () = any account, none checked
 
     @property
     def release(self) -> str:
@@ -66,6 +69,11 @@ class Cluster(NamedTuple):
         if not self.account_directive:
             return None
         return self.account_directive.lstrip("-").split("=", 1)[0].split(" ", 1)[0]
+
+    @property
+    def default_account(self) -> str | None:
+        """The account a job without --account runs under where accounts are enforced."""
+        return self.accounts[0] if self.accounts else None
 
     @property
     def default_partition(self) -> Partition:
@@ -94,7 +102,9 @@ def load_cluster(profile_name: str = "local", slurm_version: str | None = None) 
     partitions = {}
     for part in profile.partitions:
         names = tuple(hostlist.expand_hostlist(part.nodes)) if part.nodes else tuple(nodes)
-        partitions[part.name] = Partition(part.name, parse_time(part.max_time), part.default, names, part.preemptible)
+        default_time = parse_time(part.default_time) if part.default_time else None
+        partitions[part.name] = Partition(part.name, parse_time(part.max_time), part.default, names, part.preemptible,
+                                          default_time, part.max_nodes)
     return Cluster(
         profile=profile.name,
         name=profile.cluster_name,
@@ -107,6 +117,7 @@ def load_cluster(profile_name: str = "local", slurm_version: str | None = None) 
         account_directive=profile.account_directive,
         slurm_version=emulated_version(slurm_version or profile.slurm_version),
         shared_paths=tuple(tier.path for tier in profile.storage if tier.path and not tier.node_local),
+        accounts=profile.accounts,
     )
 
 
@@ -146,7 +157,7 @@ def state_cluster(conn: Any) -> Cluster:
 
 
 _SEEN: dict[tuple[str, str], Cluster] = {}  # this process's, as load_cluster's lru_cache
-CACHE_FORMAT = 2  # bump when Cluster, Node or Partition change
+CACHE_FORMAT = 3  # bump when Cluster, Node or Partition change
 
 
 def cached_cluster(profile: str, version: str) -> Cluster:
@@ -191,7 +202,8 @@ def _read_cache(cache: os.PathLike[str], key: dict[str, Any]) -> Cluster | None:
         fields = data["cluster"]
         nodes = {n["name"]: Node(**{**n, "features": tuple(n["features"])}) for n in fields.pop("nodes")}
         parts = {p["name"]: Partition(**{**p, "nodes": tuple(p["nodes"])}) for p in fields.pop("partitions")}
-        return Cluster(**{**fields, "shared_paths": tuple(fields["shared_paths"])}, nodes=nodes, partitions=parts)
+        return Cluster(**{**fields, "shared_paths": tuple(fields["shared_paths"]), "accounts": tuple(fields["accounts"])},
+                       nodes=nodes, partitions=parts)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # absent, damaged or from another release: rebuilt from the profile
 

@@ -107,7 +107,7 @@ def _wait_reason(conn, cluster: Cluster, job: dict[str, Any], running_per_array:
     if throttle and running_per_array.get(job["array_job_id"], 0) >= throttle:
         return "JobArrayTaskLimit"
     part = cluster.partitions[job["partition"]]
-    if (job["req"]["nodes_min"] or 1) > len(part.nodes):
+    if (job["req"]["nodes_min"] or 1) > min(len(part.nodes), part.max_nodes or len(part.nodes)):
         return "PartitionNodeLimit"
     limit = part.max_time
     if limit is not None and (job["time_limit"] is None or job["time_limit"] > limit):  # None: UNLIMITED asked

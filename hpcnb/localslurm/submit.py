@@ -6,7 +6,7 @@ import os
 import pwd
 import sqlite3
 
-from hpcnb.slurm.arrays import MAX_ARRAY_SIZE, parse_array as array_spec  # noqa: F401  (scontrol shows MaxArraySize)
+from hpcnb.slurm.arrays import parse_array as array_spec
 from hpcnb.slurm.constraints import as_stored
 
 from . import db, dependencies, envvars, paths, transitions
@@ -14,7 +14,7 @@ from .alloc import never_fits
 from .cluster import Cluster
 from .procs import current_rlimits
 from .names import job_env
-from .request import JobRequest, SubmitError, UsageError
+from .request import JobRequest, SubmitError
 
 
 def parse_array(spec: str) -> tuple[list[int], int | None]:

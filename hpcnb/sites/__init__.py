@@ -21,7 +21,10 @@ to mean "none / not given". Quotas may be integers or strings: bytes use binary 
 (``"50G"`` = 50 * 2**30; K, M, G, T, P, optionally followed by ``B`` or ``iB``), file counts use
 decimal units (``"500k"`` = 500_000, ``"1M"`` = 10**6). ``slurm_version`` is the Slurm release the
 site runs ("24.05"; ``guide_slurm_version`` the guide's, where it differs); :func:`emulated_version`
-says which of the local Slurm's versions stands in for it.
+says which of the local Slurm's versions stands in for it. A partition may give ``default_time``
+(DefaultTime) and ``max_nodes`` (MaxNodes); ``accounts`` lists the accounts a user may run under
+where the site enforces them (AccountingStorageEnforce), the default first: the local Slurm then
+refuses any other ``--account``.
 """
 from __future__ import annotations
 

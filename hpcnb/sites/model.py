@@ -102,6 +102,8 @@ class Partition:
     nodes: str | None = None  # hostlist expression of the emulated nodes in it (None = all)
     preemptible: bool = False
     description: str = ""
+    default_time: str | None = None  # DefaultTime=: a job without --time gets it (None: max_time)
+    max_nodes: int | None = None  # MaxNodes=: a job asking for more nodes waits (None: UNLIMITED)
 
     @property
     def max_seconds(self) -> int | None:
@@ -173,6 +175,9 @@ class Profile:
     slurm_version: str = DEFAULT_SLURM_VERSION  # the site's Slurm release today, "YY.MM" (see emulated_version)
     guide_slurm_version: str | None = None  # the release the source guide was written for, where known and different
     notes: tuple[str, ...] = ()
+    # AccountingStorageEnforce=associations: the accounts a user may run under (sacctmgr's associations),
+    # the first the default a job without --account gets; () = no account rule
+    accounts: tuple[str, ...] = ()
 
     def partition(self, name: str | None = None) -> Partition:
         """The partition called ``name``; the default partition when ``name`` is None."""

@@ -178,6 +178,7 @@ def _read_partition(ctx: _Ctx, where: str, data: Any) -> Partition:
     except ValueError as exc:
         raise ctx.error(f"{where}.max_time", str(exc), f"write one of {TIME_FORMATS}") from None
     nodes = t.opt("nodes", str)
+    max_nodes = t.opt("max_nodes", int)
     return Partition(
         name=_nonempty(ctx, f"{where}.name", t.req("name", str)),
         max_time=max_time,
@@ -185,7 +186,34 @@ def _read_partition(ctx: _Ctx, where: str, data: Any) -> Partition:
         nodes=nodes,
         preemptible=t.opt("preemptible", bool, False),
         description=t.opt("description", str, ""),
+        default_time=_default_time(ctx, f"{where}.default_time", t.opt("default_time", str), max_time),
+        max_nodes=None if max_nodes is None else _positive(ctx, f"{where}.max_nodes", max_nodes, "max_nodes"),
     )
+
+
+def _default_time(ctx: _Ctx, where: str, value: str | None, max_time: str) -> str | None:
+    """A partition's DefaultTime: a time limit above zero and within its MaxTime."""
+    if value is None:
+        return None
+    try:
+        seconds, most = parse_time_limit(value), parse_time_limit(max_time)
+    except ValueError as exc:
+        raise ctx.error(where, str(exc), f"write one of {TIME_FORMATS}") from None
+    if seconds == 0 or (most is not None and (seconds is None or seconds > most)):
+        raise ctx.error(where, f"{value!r} is not within the partition's max_time {max_time!r}",
+                        "give a time above zero and at most max_time, or leave default_time out")
+    return value
+
+
+def _accounts(ctx: _Ctx, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The enforced accounts: names without blanks or commas, each once."""
+    for i, name in enumerate(names):
+        if not re.fullmatch(r"[^\s,]+", name):
+            raise ctx.error(f"accounts[{i}]", f"{name!r} is not an account name",
+                            "write each account as sacctmgr shows it, e.g. \"course\"")
+        if name in names[:i]:
+            raise ctx.error(f"accounts[{i}]", f"account {name!r} is listed twice", "list each account once")
+    return names
 
 
 def _read_nodes(ctx: _Ctx, where: str, data: Any) -> NodeGroup:
@@ -350,4 +378,5 @@ def _build_profile(ctx: _Ctx, data: dict[str, Any], stem: str) -> Profile:
         slurm_version=_slurm_version(ctx, "slurm_version", t.opt("slurm_version", str)) or DEFAULT_SLURM_VERSION,
         guide_slurm_version=_slurm_version(ctx, "guide_slurm_version", t.opt("guide_slurm_version", str)),
         notes=t.str_list("notes"),
+        accounts=_accounts(ctx, t.str_list("accounts")),
     )

@@ -243,7 +243,7 @@ def show_partition(part, cluster) -> str:
 def show_config(cluster) -> str:
     """``scontrol show config``: the settings the local Slurm has (``Key = Value``, as Slurm prints them)."""
     from ..apart import mode
-    from ..submit import MAX_ARRAY_SIZE
+    from hpcnb.slurm.arrays import MAX_ARRAY_SIZE
 
     settings = {
         "AccountingStorageEnforce": "associations" if cluster.account_required or cluster.accounts else "none",
