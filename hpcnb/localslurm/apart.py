@@ -9,6 +9,14 @@ for the cluster's shared file systems stays shared: the top-level ``/tmp`` folde
 job's working directory or a path in its submission environment (home, venv, the local Slurm's own
 state), so a course run from a temporary folder keeps working.
 
+Nothing a job mounts can be undone by it: the mounts are made in one mount namespace and the task
+runs in a copy of it owned by a further user namespace (:func:`lock`), where the kernel marks them
+locked (``umount2`` fails with EINVAL, as for a job under ``job_container/tmpfs``). The node folders
+of the local Slurm's state (every job's ``/tmp``, ``/dev/shm`` and ``SLURM_TMPDIR``) are covered by
+an empty tmpfs in a task, which shows only its own job's (its ``srun`` starts the job's tasks on its
+other nodes from there). Another job of the same user reaches a job's ``/tmp`` only through
+``/proc/PID/root`` of that job's own tasks, where ptrace allows it, as on a cluster.
+
 Each node has its own network too (:mod:`.network`: ``localhost`` on node2 is node2) unless
 ``HPCNB_NODE_NETWORK=shared``. Where namespaces are not allowed (no unprivileged user namespaces),
 or ``HPCNB_NODES=shared``, the nodes share everything, as before; :func:`mode` says which is in
@@ -32,6 +40,7 @@ if TYPE_CHECKING:
 
 CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
+CAP_SYS_CHROOT = 18  # with CAP_SYS_ADMIN: setns(2) into a locked mount namespace (a task's srun, :func:`lock`)
 TMP, SHM = "/tmp", "/dev/shm"
 SETTING = "HPCNB_NODES"
 
@@ -39,13 +48,15 @@ SETTING = "HPCNB_NODES"
 class NodeView:
     """What a task started on ``node`` sees: that hostname, ``tmp`` as ``/tmp``, ``keep`` (top-level
     ``/tmp`` folders standing for shared file systems) where they were, ``net``: the node's own
-    network, or None for the machine's, and ``shm`` as ``/dev/shm`` (None: the machine's)."""
+    network, or None for the machine's, ``shm`` as ``/dev/shm`` (None: the machine's), and
+    ``hide``: the folder of every job's node folders, covered but for ``own`` (its job's)."""
 
-    __slots__ = ("node", "tmp", "keep", "net", "shm")
+    __slots__ = ("node", "tmp", "keep", "net", "shm", "hide", "own")
 
     def __init__(self, node: str, tmp: str, keep: tuple[str, ...] = (), net: network.NodeNet | None = None,
-                 shm: str | None = None) -> None:
+                 shm: str | None = None, hide: str | None = None, own: tuple[str, ...] = ()) -> None:
         self.node, self.tmp, self.keep, self.net, self.shm = node, tmp, keep, net, shm
+        self.hide, self.own = hide, own
 
 
 @functools.cache
@@ -65,7 +76,8 @@ def _check(rc: int, what: str) -> None:
 
 
 def enter(view: NodeView) -> None:
-    """In a forked child, before exec: become ``view.node``, with its private ``/tmp`` and ``/dev/shm``."""
+    """In a forked child, before exec: become ``view.node``, with its private ``/tmp`` and ``/dev/shm``,
+    in mounts it cannot undo."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
     if view.net is not None:  # the fabric's user namespace (not when already in it), then the node's network
@@ -73,29 +85,102 @@ def enter(view: NodeView) -> None:
             _join(libc, view.net.user, CLONE_NEWUSER)
         _join(libc, view.net.net, CLONE_NEWNET)
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
-        if view.net.user:
-            network.keep_capabilities(libc)
     else:
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
         if uid:
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-                with open(f"/proc/self/{name}", "w") as fh:
-                    fh.write(text)
+            network._map_self(uid, gid)
     _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
     name = view.node.encode()
     _check(libc.sethostname(name, len(name)), "sethostname")
-    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in view.keep if os.path.isdir(path)]
-    if view.shm and os.path.isdir(SHM):  # before /tmp is covered: the folder may lie under it
-        _check(libc.mount(view.shm.encode(), SHM.encode(), None, MS_BIND, None), f"mount {view.shm} on {SHM}")
-    _check(libc.mount(view.tmp.encode(), TMP.encode(), None, MS_BIND | MS_REC, None), f"mount {view.tmp} on /tmp")
+    kept = [(path, _open_dir(path)) for path in view.keep if os.path.isdir(path)]
+    tmp, shm = _open_dir(view.tmp), _open_dir(view.shm) if view.shm and os.path.isdir(SHM) else None
+    if view.hide and os.path.isdir(view.hide):  # before /tmp is covered: the folder may lie under it
+        cover(libc, view.hide, view.own)
+    if shm is not None:
+        _bind(libc, shm, SHM, MS_BIND)
+    _bind(libc, tmp, TMP, MS_BIND | MS_REC)
     for path, fd in kept:
         os.makedirs(path, mode=0o700, exist_ok=True)  # a mount point in the node's /tmp: private whatever the umask
-        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None),
-               f"mount {path}")
+        _bind(libc, fd, path, MS_BIND | MS_REC)
     if view.net is not None:  # the node names at the nodes' own addresses
         for hosts in ("/etc/hosts", view.net.nss_hosts):
             if os.path.isfile(hosts):
                 _check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
+    lock(libc)
+    if view.net is not None and view.net.user:
+        network.keep_capabilities(libc, (*network.KEPT_CAPS, CAP_SYS_CHROOT))
+
+
+def _open_dir(path: str) -> int:
+    """A folder held by an ``O_PATH`` descriptor (closed at exec): bound from there once its path is covered."""
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _bind(libc: Any, fd: int, target: str, flags: int) -> None:
+    """Bind the folder held by ``fd`` on ``target``."""
+    _check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, flags, None), f"mount on {target}")
+    os.close(fd)
+
+
+def cover(libc: Any, folder: str, shown: Iterable[str] = ()) -> None:
+    """Cover ``folder`` with an empty private tmpfs, then show again those of ``shown`` below it that exist."""
+    held = [(path, _open_dir(path)) for path in shown if os.path.isdir(path) and _below(path, folder)]
+    _check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"mode=0700,size=64k"), f"mount tmpfs on {folder}")
+    for path, fd in held:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        _bind(libc, fd, path, MS_BIND | MS_REC)
+
+
+def hide_node_folders(libc: Any) -> None:
+    """Cover the node folders of every job (made here if missing) in a mount namespace of this
+    process's own that it cannot undo: the nodes' network holders, open to the jobs through
+    ``/proc/PID/root``, show none of them."""
+    root = paths.node_tmp_root()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    cover(libc, str(root))
+    lock(libc)
+
+
+def _below(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder and path != folder
+
+
+def lock(libc: Any) -> None:
+    """Move into a copy of this mount namespace owned by a new user namespace (made by a helper child):
+    the kernel locks every mount there (mount_namespaces(7)), so neither this process nor anything it
+    starts can unmount them, whatever capabilities it holds. Its user namespace stays what it was."""
+    import socket
+
+    uid, gid = os.getuid(), os.getgid()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            ours.close()
+            _check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+            network._map_self(uid, gid)
+            _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+            socket.send_fds(theirs, [b"k"], [os.open("/proc/self/ns/mnt", os.O_RDONLY)])
+            status = 0
+        except BaseException as err:  # noqa: BLE001 - told to the parent
+            theirs.sendall(str(err).encode()[:300])
+        finally:
+            os._exit(status)
+    theirs.close()
+    try:
+        said, fds, _, _ = socket.recv_fds(ours, 300, 1)
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+    if not fds:
+        raise OSError(f"locking the mounts: {said.decode(errors='replace') or 'the helper died'}")
+    try:
+        _check(libc.setns(fds[0], CLONE_NEWNS), "setns (the locked mounts)")
+    finally:
+        os.close(fds[0])
 
 
 def _join(libc: Any, path: str, kind: int) -> None:
@@ -198,5 +283,14 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
     storage = [string.Template(path).safe_substitute(env) for path in cluster.shared_paths]
     tmp, shm = private_folders(job["id"], node)
     return NodeView(node, str(tmp), shared_tops(req.get("workdir") or "", env, storage), network.node_net(node),
-                    str(shm))
+                    str(shm), str(paths.node_tmp_root()), job_folders(job))
+
+
+def job_folders(job: dict) -> tuple[str, ...]:
+    """The node folders of ``job`` on each of its nodes (its ``/tmp``, ``/dev/shm``, ``SLURM_TMPDIR``):
+    all that its tasks see of the state's node folders."""
+    from .envvars import node_tmpdir
+
+    return tuple(str(folder) for part in job["alloc"]
+                 for folder in (*private_folders(job["id"], part["node"]), node_tmpdir(job["id"], part["node"])))
 
