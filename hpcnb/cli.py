@@ -341,13 +341,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return OK
     from hpcnb.backend import SettingError, check_settings
+    from hpcnb.localslurm import settings
 
     try:
         check_settings()
+        if args.command == "slurm":  # the local Slurm's own settings (its controller reads them)
+            settings.check()
         code = args.run(args)
         sys.stdout.flush()  # here, not at exit: a reader that left is a broken pipe caught below
         return code
-    except SettingError as err:  # a bad HPCNB_* value: one line, as a usage error
+    except (SettingError, settings.SettingError) as err:  # a bad HPCNB_* value: one line, as a usage error
         print(f"hpcnb: error: {err}", file=sys.stderr)
         return USAGE
     except BrokenPipeError:  # `hpcnb slurm status | head -1`: killed by SIGPIPE without a word

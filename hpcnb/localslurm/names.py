@@ -61,8 +61,9 @@ def job_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
 def login_env(env: dict[str, str]) -> dict[str, str]:
     """Variables the login node (the course kernel, a notebook's shell commands) needs so that the
     node names resolve there as on a cluster's: where the nodes have their own network, to the
-    addresses the gateway listens at for them (:mod:`.gateway`), else to this machine. {} where
-    nss_wrapper is missing, or the names resolve already and the nodes share this machine's network."""
+    addresses the gateway listens at for them (:mod:`.gateway`; an address that leads nowhere
+    until it runs, and for a name it withholds), else to this machine. {} where nss_wrapper is
+    missing, or the names resolve already and the nodes share this machine's network."""
     from . import network
     from .commands.common import open_cluster
 
@@ -74,7 +75,7 @@ def login_env(env: dict[str, str]) -> dict[str, str]:
     elif (library := nss_wrapper_library()) is None:
         found = {}
     else:
-        hosts, text = paths.hosts_path(), network.login_hosts_text(names, network.login_block(paths.state_dir()))
+        hosts, text = paths.hosts_path(), network.login_hosts_text(names, None)  # none reached yet
         if not network.running() and not _has_text(hosts, text):  # (a running gateway has written its own)
             paths.write_private(hosts, text)
         found = {"library": library, "hosts": str(hosts)}
@@ -154,11 +155,15 @@ def status(cluster: Cluster) -> tuple[bool, str]:
 
 
 def check() -> int:
-    """``hpcnb check-names``: say whether the node names resolve; 0 if they do (or will in jobs), else 1."""
+    """``hpcnb check-names``: say whether the node names resolve; 0 if they do (or will in jobs), else 1.
+    Also why they lead nowhere on the login node, where they do not (:func:`.network.login_problem`)."""
+    from . import network
     from .commands.common import open_cluster
 
     _, cluster = open_cluster()
     ok, message = status(cluster)
     print(message, file=sys.stdout if ok else sys.stderr)
+    if problem := network.login_problem():
+        print(f"on the login node, the node names lead nowhere: {problem}", file=sys.stderr)
     return 0 if ok else 1
 

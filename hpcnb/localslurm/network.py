@@ -26,10 +26,10 @@ portal's hub: the portal runs with ``HPCNB_NODE_NETWORK=shared``).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import ipaddress
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -47,6 +47,9 @@ CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 NETLINK_SOCK_DIAG = 4
 KEPT_CAPS = (CAP_NET_ADMIN, CAP_SYS_ADMIN)
 RECORD, LOCK, HOSTS, FAILED = "fabric.json", "fabric.lock", "fabric-hosts", "fabric-failed"
+GATEWAY_LOCK, WITHHELD = "gateway.lock", "login-withheld"  # held by the gateway; the names it withholds, and why
+FIRST_BLOCK, BLOCKS = (127 << 24) | (64 << 16), 32768  # the login side's blocks: 127.64.0.0 - 127.191.255.0
+UNREACHED = "255.255.255.255"  # a withheld name's address: TCP connects to no broadcast (ENETUNREACH at once)
 LOG = "network.log"  # what the holder and the gateway say (a failure to start, a port not served)
 FABRIC_V4, FABRIC_V6 = "10.77.255.254", "fd77::fffe"  # the bridge's own: the login node's connections
 POLL_S = 2.0
@@ -81,12 +84,25 @@ def address(index: int) -> tuple[str, str]:
     return f"10.77.{index // 250}.{index % 250 + 1}", f"fd77::{index + 1:x}"
 
 
-def login_block(state: Path) -> int:
-    """The block of 256 loopback addresses (``127.B.C.0``, an int) where the login node prefers to
-    reach this state folder's nodes: one of 32768, from the user and the folder, so that the local
-    Slurms of two users of one machine differ (the gateway moves on where one is taken)."""
-    digest = int.from_bytes(hashlib.sha256(f"{os.getuid()}:{state}".encode()).digest()[:4], "big")
-    return (127 << 24) | ((64 + digest % 128) << 16) | ((digest >> 7) % 256 << 8)
+def random_block() -> int:
+    """A block of 256 loopback addresses (``127.B.C.0``, an int), one of :data:`BLOCKS` drawn at random
+    (no other user can tell beforehand where this user's login side will be)."""
+    return FIRST_BLOCK + secrets.randbelow(BLOCKS) * 256
+
+
+def login_problem() -> str:
+    """Why the login node does not reach servers on the nodes by their names now ('' when it does,
+    or will once the nodes' own network starts): the gateway has stopped, or it withholds names
+    that another user's listener could answer for (:mod:`.gateway`)."""
+    if not running():
+        return ""
+    state = paths.state_dir()
+    if not _lock_held(state / GATEWAY_LOCK):
+        return f"its gateway has stopped ({LOG} says why)"
+    try:
+        return (state / WITHHELD).read_text().strip()
+    except OSError:
+        return ""
 
 
 def login_address(index: int, block: int) -> str:
@@ -95,9 +111,13 @@ def login_address(index: int, block: int) -> str:
     return str(ipaddress.IPv4Address(block + index // 254 * 256 + index % 254 + 1))
 
 
-def login_hosts_text(nodes: list[str], block: int) -> str:
-    """The node names as the login node resolves them (nss_wrapper's hosts file there)."""
-    return "".join(f"{login_address(index, block)} {node}\n" for index, node in enumerate(nodes))
+def login_hosts_text(nodes: list[str], block: int | None, withheld: frozenset[int] = frozenset()) -> str:
+    """The node names as the login node resolves them (nss_wrapper's hosts file there): each at its
+    address in ``block``, but those at the indexes ``withheld`` (all where ``block`` is None) at
+    :data:`UNREACHED`, where a connection fails at once. (Left out, a name would resolve as this
+    machine resolves it: nss_wrapper asks the system's resolver for a name its file lacks.)"""
+    return "".join(f"{UNREACHED if block is None or index in withheld else login_address(index, block)} {node}\n"
+                   for index, node in enumerate(nodes))
 
 
 def hosts_text(nodes: list[str]) -> str:
@@ -181,6 +201,7 @@ def stop() -> None:
     record = current()
     (paths.state_dir() / RECORD).unlink(missing_ok=True)
     if record:
+        forget_login_names(paths.state_dir(), record["names"])
         try:
             os.kill(record["holder"], 15)
         except ProcessLookupError:
@@ -202,8 +223,18 @@ def _start_time(pid: int) -> str:
         return fh.read().rsplit(")", 1)[1].split()[19]
 
 
+def forget_login_names(state: Path, nodes: list[str]) -> None:
+    """No node name leads anywhere on the login side (until a gateway names them again): an address
+    of a gateway gone may be any other user's next."""
+    try:
+        paths.write_private(paths.hosts_path(state), login_hosts_text(nodes, None))
+    except OSError:  # the state folder gone (no name is looked up there), or full: the gateway said so
+        pass
+
+
 def _start(state: Path, nodes: list[str]) -> dict:
-    """Start the holder, and once it has built the fabric, the gateway (the login node's way in)."""
+    """Start the holder, and once it has built the fabric, the gateway (the login node's way in),
+    holding a new lock that says it runs (:func:`login_problem`)."""
     paths.write_private(state / HOSTS, hosts_text(nodes))
     read, write = os.pipe()
     holder_end, gateway_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -222,8 +253,12 @@ def _start(state: Path, nodes: list[str]) -> dict:
             raise OSError(f"the nodes' network did not start: {answer.strip() or 'no answer'}") from None
         if "error" in record:
             raise OSError(f"the nodes' network did not start: {record['error']}")
-        _spawn(["hpcnb.localslurm.gateway", str(gateway_end.fileno()), str(state)], (gateway_end.fileno(),),
-               log=state / LOG)
+        (state / GATEWAY_LOCK).unlink(missing_ok=True)  # an old gateway may hold the old one a while yet
+        (state / WITHHELD).unlink(missing_ok=True)
+        with open(os.open(state / GATEWAY_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _spawn(["hpcnb.localslurm.gateway", str(gateway_end.fileno()), str(lock.fileno()), str(state)],
+                   (gateway_end.fileno(), lock.fileno()), log=state / LOG)
     return record
 
 
@@ -269,6 +304,10 @@ def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> Non
         _unshare(libc, (CLONE_NEWUSER if own_user else 0) | CLONE_NEWNET)
         if own_user:
             _map_self(uid, gid)
+        from .apart import hide_node_folders
+
+        hide_node_folders(libc)  # our /proc/PID/root, which jobs may open, shows none of theirs
+        if own_user:
             keep_capabilities(libc)
         # a new user namespace cleared "dumpable": set, our own processes may open our namespaces
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
@@ -287,11 +326,14 @@ def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> Non
     maker = _SocketMaker(libc, node_pids)
     alone_since = time.monotonic()
     while _names_me(path, me):
-        channel = _hand_out_sockets(channel, POLL_S, maker)
+        gateway_ran, channel = channel is not None, _hand_out_sockets(channel, POLL_S, maker)
+        if gateway_ran and channel is None and _names_me(path, me):  # it died: its names lead nowhere now
+            forget_login_names(state, nodes)
         if _controller_runs(state):
             alone_since = time.monotonic()
         elif time.monotonic() - alone_since > ALONE_EXIT_S:  # no controller, so no job: not needed now
             path.unlink(missing_ok=True)
+            forget_login_names(state, nodes)
     os._exit(0)
 
 
@@ -357,8 +399,13 @@ def _hand_out_sockets(channel: socket.socket | None, wait: float, maker: _Socket
 
 def _controller_runs(state: Path) -> bool:
     """Whether a controller holds the state folder's lock (one runs whenever a job does)."""
+    return _lock_held(state / paths.CONTROLLER_LOCK)
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether a process holds the lock (flock) of the file at ``path``."""
     try:
-        fd = os.open(state / paths.CONTROLLER_LOCK, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return False
     try:
