@@ -10,7 +10,10 @@ it (``hpcnb slurm reset --profile FILE``) must accept them too and run one of th
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -188,3 +191,33 @@ def test_a_local_slurm_made_from_the_probed_profile_runs_the_lessons_jobs(
             state, *(p.read_text() for p in path.parent.glob("whoami-*.out")))
     finally:
         local.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], tmp_path, env=run_env, timeout=120)
+
+
+LESSON_ON_THE_PROBED_SITE = "03-first-batch-job.ipynb"  # batch jobs, an array, a dependency: the site's scripts
+
+
+def test_a_lesson_runs_under_nbval_on_a_local_slurm_made_from_the_probed_profile(
+        probed: Path, tmp_path: Path) -> None:
+    """Lesson 3, unchanged, on a local Slurm made from the probed profile (its partitions, default
+    account, limits), as ``make test-lessons-site`` runs a shipped site's lessons: a private copy of
+    notebooks/, cells that show the site run but are not compared (conftest.py)."""
+    copy = tmp_path / "course"
+    (copy / "tests").mkdir(parents=True)
+    shutil.copytree(harness.ROOT / "notebooks", copy / "notebooks", ignore=shutil.ignore_patterns("work"))
+    for name in ("conftest.py", "pyproject.toml"):
+        shutil.copy(harness.ROOT / name, copy / name)
+    shutil.copy(harness.ROOT / "tests" / "nbval_sanitize.cfg", copy / "tests")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+    env.update(HPCNB_SLURM="local", HPCNB_PROFILE=str(probed), HPCNB_STATE_DIR=str(tmp_path / "state"),
+               HPCNB_SLURM_VERSION=harness.REAL_VERSION, HPCNB_FIRST_JOB_ID="40001")
+    env.pop("HPCNB_PROJECT", None)
+    env.pop("HPCNB_RESERVATION", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", "--nbval-sanitize-with",
+             "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300", f"notebooks/{LESSON_ON_THE_PROBED_SITE}"],
+            cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        subprocess.run([sys.executable, "-m", "hpcnb.cli", "slurm", "reset"], cwd=copy, env=env,
+                       capture_output=True, timeout=120)
+    assert done.returncode == 0, f"lesson 3 at the probed site:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
