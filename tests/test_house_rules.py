@@ -3,7 +3,9 @@
 - one module, ``localslurm/transitions.py``, writes every job and step state;
 - the commands (``localslurm/commands/``) import no daemon module (supervisor, scheduler, allocation,
   controller), directly or through another module, at module level or inside a function;
-- one parser of calendar times, in ``hpcnb/slurm/times.py``.
+- one parser of calendar times, in ``hpcnb/slurm/times.py``;
+- no import circles between hpcnb's modules (a package's ``__init__`` re-exporting its rooms aside),
+  module level or inside a function.
 
 Each rule's reader is also fed a planted violation, so a reader that sees nothing fails too.
 """
@@ -156,6 +158,27 @@ def daemon_paths(sources: dict[str, tuple[str, bool]]) -> list[list[str]]:
     return chains
 
 
+def import_circles(sources: dict[str, tuple[str, bool]]) -> list[list[str]]:
+    """Every import circle between modules (not packages' ``__init__``): ``[a, b, a]``, each found once."""
+    modules = {name for name, (_, package) in sources.items() if not package}
+    graph = {name: sorted(imports(name, src, False) & modules) for name, (src, package) in sources.items()
+             if not package}
+    circles, done = [], set()
+
+    def visit(name: str, path: list[str]) -> None:
+        for target in graph[name]:
+            if target in path:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in done:
+                visit(target, path + [target])
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    return circles
+
+
 # -- the readers see a planted violation ---------------------------------------------------------
 
 PLANTED_WRITES = '''
@@ -224,3 +247,17 @@ def test_one_calendar_time_parser():
     assert TIMES in parsers, "the reader sees nothing of times.parse_calendar: it is blind"
     del parsers[TIMES]
     assert not parsers, f"calendar times parsed outside {TIMES}: {parsers}"
+
+
+def test_the_circle_reader_finds_a_planted_circle():
+    sources = {"hpcnb.a": ("def f():\n    from hpcnb import b\n", False), "hpcnb.b": ("from .c import x\n", False),
+               "hpcnb.c": ("from . import a\n", False), "hpcnb": ("from . import a, b\n", True)}
+    assert import_circles(sources) == [["hpcnb.a", "hpcnb.b", "hpcnb.c", "hpcnb.a"]]
+
+
+def test_no_import_circles():
+    """Each room imports only those above it (ARCHITECTURE.md); a circle means two modules share a
+    concern that belongs in a third."""
+    circles = import_circles(package_sources())
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+

@@ -177,12 +177,12 @@ def test_the_resolver_decision_is_remembered_until_the_names_change(tmp_path, mo
 def test_no_resolver_where_the_nodes_have_networks_of_their_own(tmp_path, monkeypatch) -> None:
     """There each task's /etc/hosts names every node: no LD_PRELOAD in the job's environment, not
     even the login node's own (the course kernel's), which a job submitted from there inherits."""
-    from hpcnb.localslurm import names, network
+    from hpcnb.localslurm import apart, names
 
     monkeypatch.setenv("HPCNB_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(names, "resolves", lambda name: False)
     monkeypatch.setattr(names, "nss_wrapper_library", lambda: "/usr/lib/libnss_wrapper.so")
-    monkeypatch.setattr(network, "in_use", lambda: True)
+    monkeypatch.setattr(apart, "in_use", lambda: True)
     cluster = type("C", (), {"nodes": {"node1": None}})()
     assert names.job_env(cluster, {}) == {}
     login = {"LD_PRELOAD": "/usr/lib/libnss_wrapper.so:/x.so", "NSS_WRAPPER_HOSTS": str(tmp_path / "hosts"), "A": "1"}

@@ -14,6 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+MAX_MESSAGE_BYTES = 4 << 20  # a kernel message (each of its parts) larger than this is dropped by ZeroMQ
+MAX_QUEUED_MESSAGES = 8  # the grader's receive queue per socket (the kernel's queue holds the rest)
+
 
 class IpcSockets:
     """Mixin for a jupyter_client KernelManager class: ipc sockets in a fresh directory, removed at shutdown."""
@@ -37,3 +40,26 @@ def ipc_kernel_manager(asynchronous: bool = True) -> type:
 
     base = AsyncKernelManager if asynchronous else KernelManager
     return type(f"Ipc{base.__name__}", (IpcSockets, base), {})
+
+
+@functools.cache
+def bounded_kernel_client() -> type:
+    """jupyter_client's AsyncKernelClient whose sockets refuse messages over MAX_MESSAGE_BYTES and
+    queue at most MAX_QUEUED_MESSAGES: what a flood of a graded kernel's output may cost the grader's
+    memory is bounded (the grader's clients of both of a sandbox's kernels)."""
+    import zmq.asyncio
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
+
+    class SandboxKernelClient(AsyncKernelClient):
+        """A kernel client with bounded sockets (:func:`bounded_kernel_client`)."""
+
+        @default("context")
+        def _context_default(self) -> zmq.asyncio.Context:
+            self._created_context = True
+            context = zmq.asyncio.Context()
+            context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
+            return context
+
+    return SandboxKernelClient

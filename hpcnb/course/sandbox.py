@@ -38,7 +38,7 @@ reaches through ``/proc/PID/root`` (no network is shared). What the feedback the
 * output beyond ``SandboxedExecute.max_output_bytes`` per cell, or ``max_notebook_output_bytes`` per
   notebook, is dropped with a note (:mod:`hpcnb.course.outputs`: what counts; display updates count
   too: each copy of the data they replace, charged to the running cell); messages
-  over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ), so a flood
+  over MAX_MESSAGE_BYTES are refused and at most MAX_QUEUED_MESSAGES wait (ZeroMQ; both in :mod:`.kernels`), so a flood
   costs the grader little memory (a message of many parts: the grader's heap is bounded,
   ``outputs.bound_grader_memory``), and output that never arrived is noted too;
 * a cell past its time limit: copies of the kernel made by ``os.fork()`` are stopped (said how
@@ -70,8 +70,6 @@ KERNEL_DIR = "/run/kernel"  # the kernel's connection file and ipc sockets, insi
 CONNECTION_FILE = f"{KERNEL_DIR}/connection.json"
 START_TIMEOUT = 60.0  # seconds for bwrap to report its pid namespace
 DEFAULT_CPU_SECONDS = 3600
-MAX_MESSAGE_BYTES = 4 << 20  # a kernel message (each of its parts) larger than this is dropped by ZeroMQ
-MAX_QUEUED_MESSAGES = 8  # the grader's receive queue per socket (the kernel's queue holds the rest)
 KERNEL_OUTPUT_BYTES = 1 << 20  # per stream and cell, kept by the kernel: its messages stay below MAX_MESSAGE_BYTES
 INTERRUPT_GRACE = 10.0  # seconds at least for an interrupted kernel to answer
 INTERRUPT_AGAIN = 3.0  # seconds without an answer after which a fork bomb's kernel is interrupted again

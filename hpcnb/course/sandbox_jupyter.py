@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcnb.course import cgroup, outputs
-from hpcnb.course.sandbox import (CONNECTION_FILE, INTERRUPT_AGAIN, INTERRUPT_GRACE, KERNEL_DIR,
-                                  MAX_MESSAGE_BYTES, MAX_QUEUED_MESSAGES, START_TIMEOUT, Limits)
+from hpcnb.course.kernels import MAX_MESSAGE_BYTES, bounded_kernel_client
+from hpcnb.course.sandbox import CONNECTION_FILE, INTERRUPT_AGAIN, INTERRUPT_GRACE, KERNEL_DIR, START_TIMEOUT, Limits
 
 
 def _sandbox_pid(info_file: Path) -> int | None:
@@ -210,29 +210,9 @@ def _kernel_manager_class() -> type:
     return SandboxKernelManager
 
 
-def _kernel_client_class() -> type:
-    import zmq.asyncio
-    from jupyter_client.asynchronous import AsyncKernelClient
-    from traitlets import default
-
-    class SandboxKernelClient(AsyncKernelClient):
-        """A kernel client whose sockets refuse messages over MAX_MESSAGE_BYTES and queue at most
-        MAX_QUEUED_MESSAGES: what a flood of output may cost the grader's memory is bounded."""
-
-        @default("context")
-        def _context_default(self) -> zmq.asyncio.Context:
-            self._created_context = True
-            context = zmq.asyncio.Context()
-            context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            context.setsockopt(zmq.RCVHWM, MAX_QUEUED_MESSAGES)
-            return context
-
-    return SandboxKernelClient
-
-
 def __getattr__(name: str) -> Any:
     """The Jupyter classes are made on first use: importing hpcnb.course.sandbox stays light."""
-    makers = {"SandboxKernelManager": _kernel_manager_class, "SandboxKernelClient": _kernel_client_class,
+    makers = {"SandboxKernelManager": _kernel_manager_class, "SandboxKernelClient": bounded_kernel_client,
               "SandboxedExecute": _execute_class}
     if name in makers:
         value = makers[name]()

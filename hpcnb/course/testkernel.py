@@ -668,9 +668,9 @@ class TestKernel:
     __test__ = False  # not a pytest class
 
     def __init__(self, connection_file: Path, sandbox_pid: int) -> None:
-        from hpcnb.course.sandbox_jupyter import SandboxKernelClient
+        from hpcnb.course.kernels import bounded_kernel_client
 
-        self.client = SandboxKernelClient()
+        self.client = bounded_kernel_client()()
         self.client.load_connection_file(os.fspath(connection_file))
         self.client.ip = f"/proc/{sandbox_pid}/root{IPC}"
 

@@ -391,12 +391,12 @@ def _version_line(conn) -> str:
 
 
 def _nodes_line() -> str:
-    from .apart import mode
+    from .apart import in_use as apart_in_use, mode
 
     found = mode()
     if found != "apart":
         return f"{found}; every node shares this machine's hostname, /tmp, /dev/shm and network"
-    if network.in_use():
+    if apart_in_use():
         problem = network.login_problem()
         login = (f"the login node does not reach servers on the nodes by their names: {problem}" if problem
                  else "the login node reaches servers on the nodes by their names")

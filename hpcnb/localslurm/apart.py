@@ -33,13 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import network, paths
-from .network import CLONE_NEWNET, CLONE_NEWUSER
+from .namespaces import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWUTS, MS_BIND, MS_REC,
+                         MS_SLAVE, bind, check, cover, lock, map_self, open_dir)
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
-CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000
-MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
 CAP_SYS_CHROOT = 18  # with CAP_SYS_ADMIN: setns(2) into a locked mount namespace (a task's srun, :func:`lock`)
 TMP, SHM = "/tmp", "/dev/shm"
 SETTING = "HPCNB_NODES"
@@ -67,14 +66,6 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        import ctypes
-
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
 def enter(view: NodeView) -> None:
     """In a forked child, before exec: become ``view.node``, with its private ``/tmp`` and ``/dev/shm``,
     in mounts it cannot undo."""
@@ -84,109 +75,37 @@ def enter(view: NodeView) -> None:
         if view.net.user and os.readlink("/proc/self/ns/user") != os.readlink(view.net.user):
             _join(libc, view.net.user, CLONE_NEWUSER)
         _join(libc, view.net.net, CLONE_NEWNET)
-        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
+        check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
     else:
-        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
+        check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | (CLONE_NEWUSER if uid else 0)), "unshare")
         if uid:
-            network._map_self(uid, gid)
-    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+            map_self(uid, gid)
+    check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
     name = view.node.encode()
-    _check(libc.sethostname(name, len(name)), "sethostname")
-    kept = [(path, _open_dir(path)) for path in view.keep if os.path.isdir(path)]
-    tmp, shm = _open_dir(view.tmp), _open_dir(view.shm) if view.shm and os.path.isdir(SHM) else None
+    check(libc.sethostname(name, len(name)), "sethostname")
+    kept = [(path, open_dir(path)) for path in view.keep if os.path.isdir(path)]
+    tmp, shm = open_dir(view.tmp), open_dir(view.shm) if view.shm and os.path.isdir(SHM) else None
     if view.hide and os.path.isdir(view.hide):  # before /tmp is covered: the folder may lie under it
         cover(libc, view.hide, view.own)
     if shm is not None:
-        _bind(libc, shm, SHM, MS_BIND)
-    _bind(libc, tmp, TMP, MS_BIND | MS_REC)
+        bind(libc, shm, SHM, MS_BIND)
+    bind(libc, tmp, TMP, MS_BIND | MS_REC)
     for path, fd in kept:
         os.makedirs(path, mode=0o700, exist_ok=True)  # a mount point in the node's /tmp: private whatever the umask
-        _bind(libc, fd, path, MS_BIND | MS_REC)
+        bind(libc, fd, path, MS_BIND | MS_REC)
     if view.net is not None:  # the node names at the nodes' own addresses
         for hosts in ("/etc/hosts", view.net.nss_hosts):
             if os.path.isfile(hosts):
-                _check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
+                check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
     lock(libc)
     if view.net is not None and view.net.user:
         network.keep_capabilities(libc, (*network.KEPT_CAPS, CAP_SYS_CHROOT))
 
 
-def _open_dir(path: str) -> int:
-    """A folder held by an ``O_PATH`` descriptor (closed at exec): bound from there once its path is covered."""
-    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-def _bind(libc: Any, fd: int, target: str, flags: int) -> None:
-    """Bind the folder held by ``fd`` on ``target``."""
-    _check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, flags, None), f"mount on {target}")
-    os.close(fd)
-
-
-def cover(libc: Any, folder: str, shown: Iterable[str] = ()) -> None:
-    """Cover ``folder`` with an empty private tmpfs, then show again those of ``shown`` below it that exist."""
-    held = [(path, _open_dir(path)) for path in shown if os.path.isdir(path) and _below(path, folder)]
-    _check(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", 0, b"mode=0700,size=64k"), f"mount tmpfs on {folder}")
-    for path, fd in held:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        _bind(libc, fd, path, MS_BIND | MS_REC)
-
-
-def hide_node_folders(libc: Any) -> None:
-    """Cover the node folders of every job (made here if missing) in a mount namespace of this
-    process's own that it cannot undo: the nodes' network holders, open to the jobs through
-    ``/proc/PID/root``, show none of them."""
-    root = paths.node_tmp_root()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
-    cover(libc, str(root))
-    lock(libc)
-
-
-def _below(path: str, folder: str) -> bool:
-    return os.path.commonpath([path, folder]) == folder and path != folder
-
-
-def lock(libc: Any) -> None:
-    """Move into a copy of this mount namespace owned by a new user namespace (made by a helper child):
-    the kernel locks every mount there (mount_namespaces(7)), so neither this process nor anything it
-    starts can unmount them, whatever capabilities it holds. Its user namespace stays what it was."""
-    import socket
-
-    uid, gid = os.getuid(), os.getgid()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            ours.close()
-            _check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
-            network._map_self(uid, gid)
-            _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-            socket.send_fds(theirs, [b"k"], [os.open("/proc/self/ns/mnt", os.O_RDONLY)])
-            status = 0
-        except BaseException as err:  # noqa: BLE001 - told to the parent
-            theirs.sendall(str(err).encode()[:300])
-        finally:
-            os._exit(status)
-    theirs.close()
-    try:
-        said, fds, _, _ = socket.recv_fds(ours, 300, 1)
-    finally:
-        ours.close()
-        os.waitpid(pid, 0)
-    if not fds:
-        raise OSError(f"locking the mounts: {said.decode(errors='replace') or 'the helper died'}")
-    try:
-        _check(libc.setns(fds[0], CLONE_NEWNS), "setns (the locked mounts)")
-    finally:
-        os.close(fds[0])
-
-
 def _join(libc: Any, path: str, kind: int) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        _check(libc.setns(fd, kind), f"setns {path}")
+        check(libc.setns(fd, kind), f"setns {path}")
     finally:
         os.close(fd)
 
@@ -252,6 +171,18 @@ def _probed(state: str) -> str:
     return found
 
 
+def in_use() -> bool:
+    """Whether the nodes have networks of their own, or will have once the controller grants a job."""
+    return network.running() or (network.wanted() and not network.failure() and mode() == "apart")
+
+
+def node_addresses(nodes: list[str]) -> dict[str, str]:
+    """Each node's address as sinfo's ``%o`` and scontrol's ``NodeAddr`` show it: its own in the nodes'
+    network; 127.0.0.1 for every node where they share this machine's."""
+    own = in_use()
+    return {node: network.address(index)[0] if own else "127.0.0.1" for index, node in enumerate(nodes)}
+
+
 def probe() -> str:
     """Try :func:`enter` in a throw-away child: ``apart``, or ``shared: <the error>``."""
     read, write = os.pipe()
@@ -289,8 +220,6 @@ def view_for(job: dict, node: str, cluster: Cluster) -> NodeView | None:
 def job_folders(job: dict) -> tuple[str, ...]:
     """The node folders of ``job`` on each of its nodes (its ``/tmp``, ``/dev/shm``, ``SLURM_TMPDIR``):
     all that its tasks see of the state's node folders."""
-    from .envvars import node_tmpdir
-
     return tuple(str(folder) for part in job["alloc"]
-                 for folder in (*private_folders(job["id"], part["node"]), node_tmpdir(job["id"], part["node"])))
+                 for folder in (*private_folders(job["id"], part["node"]), paths.node_tmpdir(job["id"], part["node"])))
 

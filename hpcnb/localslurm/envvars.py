@@ -157,12 +157,8 @@ def node_vars(job: dict[str, Any], cluster: Cluster, part: dict[str, Any], gpus:
         env.update({name: ids for name in GPU_VARS})
         env["SLURM_GPUS_ON_NODE"] = str(len(gpus))
     if cluster.slurm_tmpdir:
-        env["SLURM_TMPDIR"] = str(node_tmpdir(job["id"], node))
+        env["SLURM_TMPDIR"] = str(paths.node_tmpdir(job["id"], node))
     return env
-
-
-def node_tmpdir(job_id: int, node: str):
-    return paths.node_tmp_root() / node / f"job_{job_id}"
 
 
 def submit_host() -> str:

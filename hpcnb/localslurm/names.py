@@ -43,7 +43,7 @@ def job_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
     """A job's environment with what makes its node names resolve: nothing where they already do,
     or where the nodes have networks of their own (there each task's /etc/hosts names every node).
     The login node's own resolver (:func:`login_env`) stays on the login node."""
-    from . import network
+    from . import apart
 
     env = dict(env)
     if env.get("NSS_WRAPPER_HOSTS") == str(paths.hosts_path()):
@@ -53,7 +53,7 @@ def job_env(cluster: Cluster, env: dict[str, str]) -> dict[str, str]:
         env.pop("LD_PRELOAD", None)
         if kept:
             env["LD_PRELOAD"] = ":".join(kept)
-    if network.in_use():
+    if apart.in_use():
         return env
     return env | _preload(_resolver(list(cluster.nodes)), env)
 
@@ -64,13 +64,13 @@ def login_env(env: dict[str, str]) -> dict[str, str]:
     addresses the gateway listens at for them (:mod:`.gateway`; an address that leads nowhere
     until it runs, and for a name it withholds), else to this machine. {} where nss_wrapper is
     missing, or the names resolve already and the nodes share this machine's network."""
-    from . import network
+    from . import apart, network
     from .commands.common import open_cluster
 
     conn, cluster = open_cluster()
     conn.close()
     names = list(cluster.nodes)
-    if not network.in_use():
+    if not apart.in_use():
         found = _resolver(names)
     elif (library := nss_wrapper_library()) is None:
         found = {}

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import paths
+from .namespaces import CLONE_NEWNET, CLONE_NEWUSER, hide_node_folders, map_self
 
 SETTING = "HPCNB_NODE_NETWORK"
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 1, 4, 47, 2
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 NETLINK_SOCK_DIAG = 4
@@ -150,20 +150,6 @@ def node_net(node: str) -> NodeNet | None:
 def running() -> bool:
     """Whether this state folder's nodes have their own network now."""
     return current() is not None
-
-
-def in_use() -> bool:
-    """Whether the nodes have networks of their own, or will have once the controller grants a job."""
-    from .apart import mode
-
-    return running() or (wanted() and not failure() and mode() == "apart")
-
-
-def node_addresses(nodes: list[str]) -> dict[str, str]:
-    """Each node's address as sinfo's ``%o`` and scontrol's ``NodeAddr`` show it: its own in the nodes'
-    network; 127.0.0.1 for every node where they share this machine's."""
-    own = in_use()
-    return {node: address(index)[0] if own else "127.0.0.1" for index, node in enumerate(nodes)}
 
 
 def launch_address(node: str) -> str:
@@ -303,9 +289,7 @@ def _hold(state: Path, nodes: list[str], answer_fd: int, channel_fd: int) -> Non
         own_user = uid != 0
         _unshare(libc, (CLONE_NEWUSER if own_user else 0) | CLONE_NEWNET)
         if own_user:
-            _map_self(uid, gid)
-        from .apart import hide_node_folders
-
+            map_self(uid, gid)
         hide_node_folders(libc)  # our /proc/PID/root, which jobs may open, shows none of theirs
         if own_user:
             keep_capabilities(libc)
@@ -439,19 +423,12 @@ def _unshare(libc, flags: int) -> None:
         raise OSError(err, f"unshare: {os.strerror(err)}")
 
 
-def _map_self(uid: int, gid: int) -> None:
-    """In a new user namespace: the same uid and gid as outside (a task there is not root)."""
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as fh:
-            fh.write(text)
-
-
 def keep_capabilities(libc, caps: tuple[int, ...] = KEPT_CAPS) -> None:
     """Hold ``caps`` only (in the fabric's user namespace), and keep them across execve: ``ip`` needs
     them, and a task's ``srun`` needs them to place its tasks in another node's namespaces. They reach
     nothing outside the fabric. Every process of the fabric holds the same ones, so that each may look
     at the others (``/proc/PID/ns``, ``py-spy``) as the same user does outside."""
-    import ctypes  # (here, not at import: every sbatch asks in_use())
+    import ctypes  # (here, not at import: every sbatch asks apart.in_use())
 
     class CapHeader(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]

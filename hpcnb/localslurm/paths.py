@@ -160,6 +160,11 @@ def node_tmp_root() -> Path:
     return Path(base)
 
 
+def node_tmpdir(job_id: int, node: str) -> Path:
+    """A job's ``SLURM_TMPDIR`` on ``node`` (made by its supervisor, removed at the job's end)."""
+    return node_tmp_root() / node / f"job_{job_id}"
+
+
 def hosts_path(state: Path | None = None) -> Path:
     """The hosts file naming the virtual nodes for nss_wrapper (:mod:`.names`), as the login node
     resolves them (in a task of the nodes' own network, their hosts file is mounted over it)."""

@@ -95,7 +95,7 @@ class Supervisor:
         try:
             for part in self.job["alloc"]:
                 if self.cluster.slurm_tmpdir:
-                    envvars.node_tmpdir(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+                    paths.node_tmpdir(self.job["id"], part["node"]).mkdir(mode=0o700, parents=True, exist_ok=True)
                 for folder in apart.private_folders(self.job["id"], part["node"]):
                     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         finally:
@@ -227,7 +227,7 @@ class Supervisor:
 
     def _clean_scratch(self) -> None:
         for part in self.job["alloc"]:
-            shutil.rmtree(envvars.node_tmpdir(self.job["id"], part["node"]), ignore_errors=True)
+            shutil.rmtree(paths.node_tmpdir(self.job["id"], part["node"]), ignore_errors=True)
             for folder in apart.private_folders(self.job["id"], part["node"]):
                 shutil.rmtree(folder, ignore_errors=True)
 

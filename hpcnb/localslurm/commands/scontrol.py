@@ -163,7 +163,7 @@ def show_node(name: str, cluster, conn) -> str:
     import os
     import platform
 
-    from .. import network
+    from .. import apart
 
     uname = os.uname()
     now = formats.stamp(db.now())
@@ -174,7 +174,7 @@ def show_node(name: str, cluster, conn) -> str:
         f"   AvailableFeatures={','.join(node.features) or '(null)'}",
         f"   ActiveFeatures={','.join(node.features) or '(null)'}",
         f"   Gres={node.gres}",
-        f"   NodeAddr={network.node_addresses(list(cluster.nodes))[name]} NodeHostName=localhost Port={17001 + index} Version={cluster.release}",
+        f"   NodeAddr={apart.node_addresses(list(cluster.nodes))[name]} NodeHostName=localhost Port={17001 + index} Version={cluster.release}",
         f"   OS={uname.sysname} {uname.release} {uname.version} ",
         f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={_free_mb()} Sockets=1 Boards=1",
         f"   State={_NODE_STATE[state]} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",

@@ -91,9 +91,9 @@ def _partition_name(part, width: int) -> str:
 
 
 def _addresses(cluster) -> dict[str, str]:
-    from .. import network
+    from .. import apart
 
-    return network.node_addresses(list(cluster.nodes))
+    return apart.node_addresses(list(cluster.nodes))
 
 
 def fields(row: dict, cluster) -> dict:
