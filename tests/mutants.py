@@ -8,7 +8,8 @@ assert's line or message), so that the check meant to catch the mistake is the o
 ``passes=True`` marks a right answer written another way, which the test must accept.
 
 Every exercise needs at least one mutant (tests/test_mutants.py checks it, in ``make test``);
-a new or changed exercise brings its own. Run them with ``make test-mutants``. Since issue 25 every
+a new or changed exercise brings its own. Run them with ``make test-mutants``. An edit whose old text is
+:data:`ANSWER` replaces the whole answer (between nbgrader's solution markers): a student's own answer. Since issue 25 every
 check names the mistake in its message ("3.3: --time=45 means 2700 seconds (45 minutes), ..."), and a new mutant's
 ``shows`` is part of that message, not of the assert's code: the student sees the message.
 """
@@ -49,6 +50,10 @@ SHOW_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
     ("10", "ex2-solution"): ('job = horovod_job("broken_hvd.py", "broken.json")',),   # the broken run, 25 s
 }
 
+#: As an edit's old text: the answer cell's whole solution, what a student writes in its place (a
+#: mutant "as a student" is a whole other answer).
+ANSWER = "<the whole answer>"
+
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------- 01 cluster anatomy
     Mutant("01", "ex1-solution", "whole-directive", "keeps the directive's value: '--account=def-<PI>'",
@@ -76,57 +81,31 @@ MUTANTS: list[Mutant] = [
            (('[ "$n" -lt 10 ]', '[ "$n" -le 10 ]'),), shows="1.3: count.txt says 11, not 10"),
     Mutant("01", "ex1-solution", "directive-set",  # as a student
            'keeps every site whose profile shows an account directive, required or not',
-           (('project_option = {}\n'
-             'for name in list_profiles():\n'
-             '    profile = load_profile(name)\n'
-             '    if profile.account_required:\n'
-             '        project_option[name] = profile.account_directive.split("=")[0]\n',
+           ((ANSWER,
              'project_option = {name: load_profile(name).account_directive.split("=")[0]\n'
              '                  for name in list_profiles() if load_profile(name).account_directive}\n'),),
            shows='no project required there'),
     Mutant("01", "ex1-solution", "all-account",  # as a student
            'takes every required project option to be --account, as on Narval',
-           (('project_option = {}\n'
-             'for name in list_profiles():\n'
-             '    profile = load_profile(name)\n'
-             '    if profile.account_required:\n'
-             '        project_option[name] = profile.account_directive.split("=")[0]\n',
+           ((ANSWER,
              'project_option = {name: "--account" for name in list_profiles() if load_profile(name).account_required}\n'),),
            shows='1.1: stability requires --comment'),
     Mutant("01", "ex2-solution", "sinfo",  # as a student
            'reads the first node and its CPUs from sinfo instead of asking a step',
-           (('out = subprocess.run(["srun", "--ntasks=1", "--cpus-per-task=2", "printenv", "SLURMD_NODENAME", "SLURM_CPUS_ON_NODE"],\n'
-             '                     capture_output=True, text=True, check=True).stdout.split()\n'
-             'compute_node, compute_cpus = out[0], int(out[1])\n',
+           ((ANSWER,
              'out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %c"], capture_output=True, text=True, check=True).stdout.split()\n'
              'compute_node, compute_cpus = out[0], int(out[1])\n'),),
            shows='no step of yours ran on'),
     Mutant("01", "ex2-solution", "scontrol",  # as a student
            "reads NodeName and CPUTot from scontrol show node: the cluster, not the step's share",
-           (('out = subprocess.run(["srun", "--ntasks=1", "--cpus-per-task=2", "printenv", "SLURMD_NODENAME", "SLURM_CPUS_ON_NODE"],\n'
-             '                     capture_output=True, text=True, check=True).stdout.split()\n'
-             'compute_node, compute_cpus = out[0], int(out[1])\n',
+           ((ANSWER,
              'shown = subprocess.run(["scontrol", "show", "node"], capture_output=True, text=True, check=True).stdout\n'
              'compute_node = re.search(r"NodeName=(\\S+)", shown)[1]\n'
              'compute_cpus = int(re.search(r"CPUTot=(\\d+)", shown)[1])\n'),),
            shows='no step of yours ran on'),
     Mutant("01", "ex3-solution", "restart-count",  # as a student
            'resumes only when Slurm restarted it (SLURM_RESTART_COUNT): resubmitted, it starts over',
-           (('script = """#!/bin/bash\n'
-             '#SBATCH --job-name=count\n'
-             '#SBATCH --comment=demo\n'
-             '#SBATCH --requeue\n'
-             '#SBATCH --open-mode=append\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:05:00\n'
-             'n=$(cat count.txt 2>/dev/null || echo 0)\n'
-             'echo "start ${SLURM_RESTART_COUNT:-0}: from $n"\n'
-             'while [ "$n" -lt 10 ]; do\n'
-             '    sleep 0.3\n'
-             '    n=$((n + 1))\n'
-             '    echo "$n" > count.txt.new && mv count.txt.new count.txt   # a kill mid-write leaves the old number\n'
-             'done\n'
-             '"""\n',
+           ((ANSWER,
              'script = """#!/bin/bash\n'
              '#SBATCH --job-name=count\n'
              '#SBATCH --comment=demo\n'
@@ -144,21 +123,7 @@ MUTANTS: list[Mutant] = [
            shows='not start again from 0'),
     Mutant("01", "ex3-solution", "node-local",  # as a student
            "keeps count.txt on the node's fast local disk ($SLURM_TMPDIR): lost on requeue",
-           (('script = """#!/bin/bash\n'
-             '#SBATCH --job-name=count\n'
-             '#SBATCH --comment=demo\n'
-             '#SBATCH --requeue\n'
-             '#SBATCH --open-mode=append\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:05:00\n'
-             'n=$(cat count.txt 2>/dev/null || echo 0)\n'
-             'echo "start ${SLURM_RESTART_COUNT:-0}: from $n"\n'
-             'while [ "$n" -lt 10 ]; do\n'
-             '    sleep 0.3\n'
-             '    n=$((n + 1))\n'
-             '    echo "$n" > count.txt.new && mv count.txt.new count.txt   # a kill mid-write leaves the old number\n'
-             'done\n'
-             '"""\n',
+           ((ANSWER,
              'script = """#!/bin/bash\n'
              '#SBATCH --job-name=count\n'
              '#SBATCH --comment=demo\n'
@@ -174,21 +139,7 @@ MUTANTS: list[Mutant] = [
            shows='1.3: count.txt says 0, not 10'),
     Mutant("01", "ex3-solution", "end-only",  # as a student
            'counts in a variable and writes count.txt once, at the end',
-           (('script = """#!/bin/bash\n'
-             '#SBATCH --job-name=count\n'
-             '#SBATCH --comment=demo\n'
-             '#SBATCH --requeue\n'
-             '#SBATCH --open-mode=append\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:05:00\n'
-             'n=$(cat count.txt 2>/dev/null || echo 0)\n'
-             'echo "start ${SLURM_RESTART_COUNT:-0}: from $n"\n'
-             'while [ "$n" -lt 10 ]; do\n'
-             '    sleep 0.3\n'
-             '    n=$((n + 1))\n'
-             '    echo "$n" > count.txt.new && mv count.txt.new count.txt   # a kill mid-write leaves the old number\n'
-             'done\n'
-             '"""\n',
+           ((ANSWER,
              'script = """#!/bin/bash\n'
              '#SBATCH --job-name=count\n'
              '#SBATCH --comment=demo\n'
@@ -248,11 +199,7 @@ MUTANTS: list[Mutant] = [
            (("#SBATCH --nodes=2\n", "#SBATCH --nodes=1\n"),), shows="2.3: the job should have COMPLETED on 2 nodes"),
     Mutant("02", "ex1-solution", "shell-du",  # as a student
            'measures with du -s (disk blocks, not the apparent size) and find | wc -l',
-           (('home = narval.tier("home")\n'
-             'usage = du("dataset")\n'
-             'used_bytes_pct = 100 * usage.bytes / home.quota_bytes\n'
-             'used_files_pct = 100 * usage.inodes / home.quota_files\n'
-             'binding = "files" if used_files_pct > used_bytes_pct else "bytes"\n',
+           ((ANSWER,
              'home = narval.tier("home")\n'
              'size = int(subprocess.run(["du", "-s", "--block-size=1", "dataset"], capture_output=True, text=True,\n'
              '                          check=True).stdout.split()[0])\n'
@@ -263,11 +210,7 @@ MUTANTS: list[Mutant] = [
            shows='the apparent size (not the disk blocks'),
     Mutant("02", "ex1-solution", "from-memory",  # as a student
            "takes the quotas from the guide's text, 50 GB as 50e9 bytes, not from the profile",
-           (('home = narval.tier("home")\n'
-             'usage = du("dataset")\n'
-             'used_bytes_pct = 100 * usage.bytes / home.quota_bytes\n'
-             'used_files_pct = 100 * usage.inodes / home.quota_files\n'
-             'binding = "files" if used_files_pct > used_bytes_pct else "bytes"\n',
+           ((ANSWER,
              'usage = du("dataset")\n'
              'used_bytes_pct = 100 * usage.bytes / 50e9        # Narval home: 50 GB\n'
              'used_files_pct = 100 * usage.inodes / 500_000    # and 500k files\n'
@@ -300,23 +243,7 @@ MUTANTS: list[Mutant] = [
            shows='no // rounding'),
     Mutant("02", "ex3-solution", "fixed-tmp",  # as a student
            "unpacks into a fixed /tmp/data on each node: not the job's $SLURM_TMPDIR, never removed",
-           (('stage_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=stage-all\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:05:00\n'
-             "# each task's node-local folder: the site's $SLURM_TMPDIR (one per node), else one of the job's own\n"
-             'srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 bash -c \\\\\n'
-             '    \'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; mkdir -p "$d" && tar -xf dataset.tar -C "$d"\'\n'
-             'srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 bash -c \\\\\n'
-             '    \'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; ls "$d" | grep -c "\\\\.bin$" > "$SLURM_SUBMIT_DIR/count-$SLURMD_NODENAME.txt"\'\n'
-             '[ -n "$SLURM_TMPDIR" ] || srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 rm -rf "/tmp/$USER-$SLURM_JOB_ID"\n'
-             '"""\n'
-             'Path("stage_all.sh").write_text(stage_script)\n'
-             'stage_job = subprocess.run(["sbatch", "--parsable", "stage_all.sh"], capture_output=True, text=True,\n'
-             '                           check=True).stdout.strip().split(";")[0]\n'
-             'wait(stage_job)\n',
+           ((ANSWER,
              'stage_script = """#!/bin/bash\n'
              '#SBATCH --job-name=stage-all\n'
              '#SBATCH --nodes=2\n'
@@ -332,23 +259,7 @@ MUTANTS: list[Mutant] = [
            shows='not into $SLURM_TMPDIR'),
     Mutant("02", "ex3-solution", "user-folder",  # as a student
            "falls back to /tmp/$USER, shared by all the user's jobs on the node, never removed",
-           (('stage_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=stage-all\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:05:00\n'
-             "# each task's node-local folder: the site's $SLURM_TMPDIR (one per node), else one of the job's own\n"
-             'srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 bash -c \\\\\n'
-             '    \'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; mkdir -p "$d" && tar -xf dataset.tar -C "$d"\'\n'
-             'srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 bash -c \\\\\n'
-             '    \'d=${SLURM_TMPDIR:-/tmp/$USER-$SLURM_JOB_ID}; ls "$d" | grep -c "\\\\.bin$" > "$SLURM_SUBMIT_DIR/count-$SLURMD_NODENAME.txt"\'\n'
-             '[ -n "$SLURM_TMPDIR" ] || srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 rm -rf "/tmp/$USER-$SLURM_JOB_ID"\n'
-             '"""\n'
-             'Path("stage_all.sh").write_text(stage_script)\n'
-             'stage_job = subprocess.run(["sbatch", "--parsable", "stage_all.sh"], capture_output=True, text=True,\n'
-             '                           check=True).stdout.strip().split(";")[0]\n'
-             'wait(stage_job)\n',
+           ((ANSWER,
              'stage_script = """#!/bin/bash\n'
              '#SBATCH --job-name=stage-all\n'
              '#SBATCH --nodes=2\n'
@@ -404,17 +315,7 @@ MUTANTS: list[Mutant] = [
            (("peak * 1.25 / 2**20", "peak * 1.25 / 10**6"),), shows="more than the peak plus 25 %"),
     Mutant("03", "ex1-solution", "hostnames-loop",  # as a student
            "loops over the job's node names in the batch shell: every hello comes from the first node",
-           (('fixed_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=hello2\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'srun bash -c \'echo "hello from $SLURMD_NODENAME"\'\n'
-             '"""\n'
-             'Path("fixed.sh").write_text(fixed_script)\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "fixed.sh"], capture_output=True, text=True, check=True)\n'
-             'fixed_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'fixed_script = """#!/bin/bash\n'
              '#SBATCH --job-name=hello2\n'
              '#SBATCH --nodes=2\n'
@@ -431,17 +332,7 @@ MUTANTS: list[Mutant] = [
            shows='no step ran on'),
     Mutant("03", "ex1-solution", "expanded-in-batch",  # as a student
            'srun echo "hello from $SLURMD_NODENAME": the batch shell expands it once',
-           (('fixed_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=hello2\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'srun bash -c \'echo "hello from $SLURMD_NODENAME"\'\n'
-             '"""\n'
-             'Path("fixed.sh").write_text(fixed_script)\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "fixed.sh"], capture_output=True, text=True, check=True)\n'
-             'fixed_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'fixed_script = """#!/bin/bash\n'
              '#SBATCH --job-name=hello2\n'
              '#SBATCH --nodes=2\n'
@@ -456,26 +347,7 @@ MUTANTS: list[Mutant] = [
            shows="prints the batch shell's node twice"),
     Mutant("03", "ex2-solution", "poll-then-submit",  # as a student
            'polls squeue in the notebook until the array is gone, then submits the sum',
-           (('Path("square.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=sq\n'
-             '#SBATCH --array=1-4\n'
-             '#SBATCH --output=%x-%A_%a.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'sleep 4\n'
-             'echo $(( SLURM_ARRAY_TASK_ID * SLURM_ARRAY_TASK_ID ))\n'
-             '""")\n'
-             'Path("sum.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=sum\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'cat sq-"$1"_*.out | awk \'{ s += $1 } END { print s }\' > total.txt\n'
-             '""")\n'
-             'run = lambda *args: subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True,\n'
-             '                                   check=True).stdout.strip().split(";")[0]\n'
-             'array_job = run("square.sh")\n'
-             'total_job = run(f"--dependency=afterok:{array_job}", "sum.sh", array_job)\n'
-             'wait(array_job)\n'
-             'wait(total_job)\n',
+           ((ANSWER,
              'Path("square.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=sq\n'
              '#SBATCH --array=1-4\n'
@@ -500,26 +372,7 @@ MUTANTS: list[Mutant] = [
            shows='Slurm, not the notebook, holds it back'),
     Mutant("03", "ex2-solution", "job-id-outputs",  # as a student
            "names each task's output with %j, its own job id, and sums every sq-*.out",
-           (('Path("square.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=sq\n'
-             '#SBATCH --array=1-4\n'
-             '#SBATCH --output=%x-%A_%a.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'sleep 4\n'
-             'echo $(( SLURM_ARRAY_TASK_ID * SLURM_ARRAY_TASK_ID ))\n'
-             '""")\n'
-             'Path("sum.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=sum\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:01:00\n'
-             'cat sq-"$1"_*.out | awk \'{ s += $1 } END { print s }\' > total.txt\n'
-             '""")\n'
-             'run = lambda *args: subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True,\n'
-             '                                   check=True).stdout.strip().split(";")[0]\n'
-             'array_job = run("square.sh")\n'
-             'total_job = run(f"--dependency=afterok:{array_job}", "sum.sh", array_job)\n'
-             'wait(array_job)\n'
-             'wait(total_job)\n',
+           ((ANSWER,
              'Path("square.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=sq\n'
              '#SBATCH --array=1-4\n'
@@ -543,10 +396,7 @@ MUTANTS: list[Mutant] = [
            shows="named with the array's id and the task's index"),
     Mutant("03", "ex3-solution", "coreutils-timeout",  # as a student
            "stops the sleep with coreutils' timeout instead of a Slurm time limit",
-           (('limits = {"90 minutes": "01:30:00", "2 days and 12 hours": "2-12:00:00", "45 seconds": "00:45"}\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "--time=0:03", "--output=timeout-%j.out",\n'
-             '                        "--wrap", "sleep 300"], capture_output=True, text=True)\n'
-             'timeout_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'limits = {"90 minutes": "90", "2 days and 12 hours": "2-12", "45 seconds": "0:45"}\n'
              'reply = subprocess.run(["sbatch", "--parsable", "--wait", "--output=timeout-%j.out", "--wrap", "timeout 3 sleep 60"],\n'
              '                       capture_output=True, text=True)\n'
@@ -554,10 +404,7 @@ MUTANTS: list[Mutant] = [
            shows='not `timeout` in the script'),
     Mutant("03", "ex3-solution", "colon-days",  # as a student
            'writes 2 days and 12 hours as 2:12:00:00, a form Slurm does not read',
-           (('limits = {"90 minutes": "01:30:00", "2 days and 12 hours": "2-12:00:00", "45 seconds": "00:45"}\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "--time=0:03", "--output=timeout-%j.out",\n'
-             '                        "--wrap", "sleep 300"], capture_output=True, text=True)\n'
-             'timeout_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'limits = {"90 minutes": "1:30:00", "2 days and 12 hours": "2:12:00:00", "45 seconds": "0:0:45"}\n'
              'reply = subprocess.run(["sbatch", "--parsable", "--wait", "--time=00:00:03", "--wrap", "sleep 60"],\n'
              '                       capture_output=True, text=True)\n'
@@ -565,19 +412,7 @@ MUTANTS: list[Mutant] = [
            shows='3.3: --time=2:12:00:00 for 2 days and 12 hours'),
     Mutant("03", "ex4-solution", "from-request",  # as a student
            'adds 25 % to the roomy request (800M), not to the measured peak',
-           (('import math\n'
-             '\n'
-             'def run_hog(mem):\n'
-             '    reply = subprocess.run(["sbatch", "--parsable", f"--mem={mem}", "--time=00:01:00", "--output=hog-%j.out",\n'
-             '                            "--wrap", "python3 hog.py"], capture_output=True, text=True, check=True)\n'
-             '    job_id = reply.stdout.strip().split(";")[0]\n'
-             '    wait(job_id)\n'
-             '    return job_id\n'
-             '\n'
-             'roomy_job = run_hog("800M")\n'
-             'peak = Job(roomy_job).efficiency().peak_rss\n'
-             'right_mem = f"{math.ceil(peak * 1.25 / 2**20)}M"   # in whole MiB, rounded up\n'
-             'snug_job = run_hog(right_mem)\n',
+           ((ANSWER,
              'import math\n'
              '\n'
              'def run_hog(mem):\n'
@@ -593,19 +428,7 @@ MUTANTS: list[Mutant] = [
            shows='more than the peak plus 25 %'),
     Mutant("03", "ex4-solution", "whole-gib",  # as a student
            'rounds the request up to whole GiB: 1G for a 200 MiB job',
-           (('import math\n'
-             '\n'
-             'def run_hog(mem):\n'
-             '    reply = subprocess.run(["sbatch", "--parsable", f"--mem={mem}", "--time=00:01:00", "--output=hog-%j.out",\n'
-             '                            "--wrap", "python3 hog.py"], capture_output=True, text=True, check=True)\n'
-             '    job_id = reply.stdout.strip().split(";")[0]\n'
-             '    wait(job_id)\n'
-             '    return job_id\n'
-             '\n'
-             'roomy_job = run_hog("800M")\n'
-             'peak = Job(roomy_job).efficiency().peak_rss\n'
-             'right_mem = f"{math.ceil(peak * 1.25 / 2**20)}M"   # in whole MiB, rounded up\n'
-             'snug_job = run_hog(right_mem)\n',
+           ((ANSWER,
              'import math\n'
              '\n'
              'def run_hog(mem):\n'
@@ -662,18 +485,7 @@ MUTANTS: list[Mutant] = [
            (("srun ch-run", "ch-run"),), shows="expected one from each of the 2 nodes"),
     Mutant("03b", "ex1-solution", "source-profile",  # as a student
            'sources /etc/profile for the login environment instead of --export=NONE',
-           (('Path("own_env.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=own-env\n'
-             '#SBATCH --export=NONE\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:02:00\n'
-             'module purge\n'
-             'module use "$SLURM_SUBMIT_DIR/modulefiles"\n'
-             'module load pytorch\n'
-             'python report.py\n'
-             '""")\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "own_env.sh"], capture_output=True, text=True, check=True)\n'
-             'own_env_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'Path("own_env.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=own-env\n'
              '#SBATCH --output=%x-%j.out\n'
@@ -689,18 +501,7 @@ MUTANTS: list[Mutant] = [
            shows='3b.1, submitted with PYTHONPATH set: the job imported'),
     Mutant("03b", "ex1-solution", "export-on-command-line",  # as a student
            'passes --export=NONE on its own sbatch command line, not in the script',
-           (('Path("own_env.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=own-env\n'
-             '#SBATCH --export=NONE\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:02:00\n'
-             'module purge\n'
-             'module use "$SLURM_SUBMIT_DIR/modulefiles"\n'
-             'module load pytorch\n'
-             'python report.py\n'
-             '""")\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "own_env.sh"], capture_output=True, text=True, check=True)\n'
-             'own_env_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'Path("own_env.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=own-env\n'
              '#SBATCH --output=%x-%j.out\n'
@@ -716,18 +517,7 @@ MUTANTS: list[Mutant] = [
            shows="3b.1, submitted from a shell without the course's python and module"),
     Mutant("03b", "ex1-solution", "absolute-python",  # as a student
            "runs the course's python by its full path instead of loading the module",
-           (('Path("own_env.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=own-env\n'
-             '#SBATCH --export=NONE\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:02:00\n'
-             'module purge\n'
-             'module use "$SLURM_SUBMIT_DIR/modulefiles"\n'
-             'module load pytorch\n'
-             'python report.py\n'
-             '""")\n'
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "own_env.sh"], capture_output=True, text=True, check=True)\n'
-             'own_env_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'Path("own_env.sh").write_text(f"""#!/bin/bash\n'
              '#SBATCH --job-name=own-env\n'
              '#SBATCH --export=NONE\n'
@@ -740,17 +530,7 @@ MUTANTS: list[Mutant] = [
            shows='TORCH_HOME is not where the pytorch module puts it'),
     Mutant("03b", "ex2-solution", "no-export",  # as a student
            'sets the cache variables as plain shell variables, without export',
-           (('fixed_fetch = """#!/bin/bash\n'
-             '#SBATCH --job-name=fetch\n'
-             '#SBATCH --partition=cpu\n'
-             '#SBATCH --comment=myproject\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:30:00\n'
-             'export HF_HOME=/fsx/$USER/cache/huggingface\n'
-             'export PIP_CACHE_DIR=/fsx/$USER/cache/pip\n'
-             'export TORCH_HOME=/fsx/$USER/cache/torch\n'
-             'srun python fetch_weights.py\n'
-             '"""\n',
+           ((ANSWER,
              'fixed_fetch = """#!/bin/bash\n'
              '#SBATCH --job-name=fetch\n'
              '#SBATCH --partition=cpu\n'
@@ -765,17 +545,7 @@ MUTANTS: list[Mutant] = [
            shows='is set but not exported'),
     Mutant("03b", "ex2-solution", "after-srun",  # as a student
            'adds the cache lines at the end of the script, after the srun they are for',
-           (('fixed_fetch = """#!/bin/bash\n'
-             '#SBATCH --job-name=fetch\n'
-             '#SBATCH --partition=cpu\n'
-             '#SBATCH --comment=myproject\n'
-             '#SBATCH --output=%x-%j.out\n'
-             '#SBATCH --time=00:30:00\n'
-             'export HF_HOME=/fsx/$USER/cache/huggingface\n'
-             'export PIP_CACHE_DIR=/fsx/$USER/cache/pip\n'
-             'export TORCH_HOME=/fsx/$USER/cache/torch\n'
-             'srun python fetch_weights.py\n'
-             '"""\n',
+           ((ANSWER,
              'fixed_fetch = """#!/bin/bash\n'
              '#SBATCH --job-name=fetch\n'
              '#SBATCH --partition=cpu\n'
@@ -790,20 +560,7 @@ MUTANTS: list[Mutant] = [
            shows='is not set before srun python fetch_weights.py'),
     Mutant("03b", "ex3-solution", "bare-ch-run",  # as a student
            'runs ch-run IMAGE -- python3 inside.py as for docker: no folder bound in',
-           (('Path("in_image.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=in-image\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'IMAGE=${1:?usage: sbatch in_image.sh IMAGE}\n'
-             'export USER=${USER:-$(id -un)}\n'
-             'srun ch-run --unset-env=LD_PRELOAD -b "$PWD:/scratch" -b "${SLURM_TMPDIR:-/tmp}:/localscratch" -c /scratch \\\\\n'
-             '    "$IMAGE" -- python3 inside.py\n'
-             '""")\n'
-             "# sbatch --wait exits with the job's exit code: the test below says what went wrong\n"
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "in_image.sh", str(IMAGE)], capture_output=True, text=True)\n'
-             'in_image_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'Path("in_image.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=in-image\n'
              '#SBATCH --nodes=2\n'
@@ -817,20 +574,7 @@ MUTANTS: list[Mutant] = [
            shows='did not find inside.py'),
     Mutant("03b", "ex3-solution", "script-bound-only",  # as a student
            "binds the job's folder on /mnt and runs /mnt/inside.py, starting in the image's /",
-           (('Path("in_image.sh").write_text("""#!/bin/bash\n'
-             '#SBATCH --job-name=in-image\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'IMAGE=${1:?usage: sbatch in_image.sh IMAGE}\n'
-             'export USER=${USER:-$(id -un)}\n'
-             'srun ch-run --unset-env=LD_PRELOAD -b "$PWD:/scratch" -b "${SLURM_TMPDIR:-/tmp}:/localscratch" -c /scratch \\\\\n'
-             '    "$IMAGE" -- python3 inside.py\n'
-             '""")\n'
-             "# sbatch --wait exits with the job's exit code: the test below says what went wrong\n"
-             'reply = subprocess.run(["sbatch", "--parsable", "--wait", "in_image.sh", str(IMAGE)], capture_output=True, text=True)\n'
-             'in_image_job = reply.stdout.strip().split(";")[0]\n',
+           ((ANSWER,
              'Path("in_image.sh").write_text("""#!/bin/bash\n'
              '#SBATCH --job-name=in-image\n'
              '#SBATCH --nodes=2\n'
@@ -867,19 +611,13 @@ MUTANTS: list[Mutant] = [
            (("--ntasks-per-node=1", "--ntasks-per-node=2"),), shows="4.3: expected a line from each of two tasks"),
     Mutant("04", "ex1-solution", "allocation-nodelist",  # as a student
            "prints the allocation's node list ($SLURM_JOB_NODELIST), not the node each task runs on",
-           (('ex1_output = !salloc --nodes=2 --ntasks-per-node=2 --time=00:05:00 srun --label printenv SLURMD_NODENAME 2>&1\n'
-             'labelled = sorted((int(m.group(1)), m.group(2)) for line in ex1_output\n'
-             '                  if (m := re.fullmatch(r"\\s*(\\d+): (\\S+)\\s*", line)))\n'
-             'ex1_nodes = [name for _, name in labelled]\n',
+           ((ANSWER,
              'ex1_output = !salloc -N 2 --ntasks-per-node=2 -t 5 srun -l printenv SLURM_JOB_NODELIST 2>&1\n'
              'ex1_nodes = [line.split(": ", 1)[1] for line in sorted(ex1_output) if re.match(r"\\d+: ", line)]\n'),),
            shows="4.1: expected two tasks on each of two nodes"),
     Mutant("04", "ex1-solution", "expanded-on-login",  # as a student
            "echoes $SLURMD_NODENAME, which the notebook's shell expands (to nothing) before salloc runs",
-           (('ex1_output = !salloc --nodes=2 --ntasks-per-node=2 --time=00:05:00 srun --label printenv SLURMD_NODENAME 2>&1\n'
-             'labelled = sorted((int(m.group(1)), m.group(2)) for line in ex1_output\n'
-             '                  if (m := re.fullmatch(r"\\s*(\\d+): (\\S+)\\s*", line)))\n'
-             'ex1_nodes = [name for _, name in labelled]\n',
+           ((ANSWER,
              'ex1_output = !salloc --nodes=2 --ntasks-per-node=2 --time=00:05:00 srun --label echo $SLURMD_NODENAME 2>&1\n'
              'ex1_nodes = [line.split(":", 1)[1].strip() for line in sorted(ex1_output) if re.match(r"\\s*\\d+:", line)]\n'),),
            shows="4.1: expected two tasks on each of two nodes"),
@@ -953,17 +691,7 @@ MUTANTS: list[Mutant] = [
              'echo "token: $JUPYTER_TOKEN"\n'),), shows="5.3: the token is printed in"),
     Mutant("05", "ex1-solution", "host-star",  # as a student
            'routes every host (Host *) through the login node, not only the GPU nodes',
-           (('login_host = load_profile("narval").login_hosts[0]\n'
-             'narval_config = f"""\n'
-             'Host narval\n'
-             '    HostName {login_host}\n'
-             '    User jdoe\n'
-             '    ProxyJump none\n'
-             '\n'
-             'Host ng*\n'
-             '    User jdoe\n'
-             '    ProxyJump narval\n'
-             '"""\n',
+           ((ANSWER,
              'login_host = load_profile("narval").login_hosts[0]\n'
              'narval_config = f"""\n'
              'Host narval\n'
@@ -977,17 +705,7 @@ MUTANTS: list[Mutant] = [
            shows='5.1: ssh github.com would jump through'),
     Mutant("05", "ex1-solution", "global-user",  # as a student
            'sets User jdoe for every host, above the Host entries',
-           (('login_host = load_profile("narval").login_hosts[0]\n'
-             'narval_config = f"""\n'
-             'Host narval\n'
-             '    HostName {login_host}\n'
-             '    User jdoe\n'
-             '    ProxyJump none\n'
-             '\n'
-             'Host ng*\n'
-             '    User jdoe\n'
-             '    ProxyJump narval\n'
-             '"""\n',
+           ((ANSWER,
              'login_host = load_profile("narval").login_hosts[0]\n'
              'narval_config = f"""User jdoe\n'
              '\n'
@@ -1000,17 +718,7 @@ MUTANTS: list[Mutant] = [
            shows='5.1: ssh github.com would log in as jdoe'),
     Mutant("05", "ex1-solution", "fixed-hostname",  # as a student
            'a fixed HostName under Host ng*: every GPU node is ng20304',
-           (('login_host = load_profile("narval").login_hosts[0]\n'
-             'narval_config = f"""\n'
-             'Host narval\n'
-             '    HostName {login_host}\n'
-             '    User jdoe\n'
-             '    ProxyJump none\n'
-             '\n'
-             'Host ng*\n'
-             '    User jdoe\n'
-             '    ProxyJump narval\n'
-             '"""\n',
+           ((ANSWER,
              'login_host = load_profile("narval").login_hosts[0]\n'
              'narval_config = f"""\n'
              'Host narval\n'
@@ -1025,21 +733,7 @@ MUTANTS: list[Mutant] = [
            shows='5.1: ssh ng10101 must reach ng10101 itself'),
     Mutant("05", "ex2-solution", "connect-test",  # as a student
            'calls a port free when nothing answers a connect: a bound port that does not listen yet is taken',
-           (('def port_is_free(port):\n'
-             '    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:\n'
-             '        try:\n'
-             '            sock.bind(("127.0.0.1", port))\n'
-             '        except OSError:\n'
-             '            return False\n'
-             '    return True\n'
-             '\n'
-             'def pick_local_port(preferred):\n'
-             '    if not isinstance(preferred, int) or not 1024 <= preferred <= 65535:\n'
-             '        raise ValueError(f"port {preferred!r} is not in 1024..65535")\n'
-             '    for port in range(preferred, 65536):\n'
-             '        if port_is_free(port):\n'
-             '            return port\n'
-             '    raise ValueError(f"no free port from {preferred} up")\n',
+           ((ANSWER,
              'def pick_local_port(preferred):\n'
              '    if not 1024 <= preferred <= 65535:\n'
              '        raise ValueError(f"{preferred} is not a port I may use")\n'
@@ -1053,21 +747,7 @@ MUTANTS: list[Mutant] = [
            shows='is bound by another program, not listening yet'),
     Mutant("05", "ex2-solution", "plus-one",  # as a student
            'when the preferred port is taken, returns the one above it without checking it',
-           (('def port_is_free(port):\n'
-             '    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:\n'
-             '        try:\n'
-             '            sock.bind(("127.0.0.1", port))\n'
-             '        except OSError:\n'
-             '            return False\n'
-             '    return True\n'
-             '\n'
-             'def pick_local_port(preferred):\n'
-             '    if not isinstance(preferred, int) or not 1024 <= preferred <= 65535:\n'
-             '        raise ValueError(f"port {preferred!r} is not in 1024..65535")\n'
-             '    for port in range(preferred, 65536):\n'
-             '        if port_is_free(port):\n'
-             '            return port\n'
-             '    raise ValueError(f"no free port from {preferred} up")\n',
+           ((ANSWER,
              'def pick_local_port(preferred):\n'
              '    if preferred < 1024 or preferred > 65535:\n'
              '        raise ValueError("ports are 1024..65535")\n'
@@ -1080,21 +760,7 @@ MUTANTS: list[Mutant] = [
            shows='in use: return the next free port above them'),
     Mutant("05", "ex2-solution", "any-port",  # as a student
            'when the preferred port is taken, lets the system pick any free port',
-           (('def port_is_free(port):\n'
-             '    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:\n'
-             '        try:\n'
-             '            sock.bind(("127.0.0.1", port))\n'
-             '        except OSError:\n'
-             '            return False\n'
-             '    return True\n'
-             '\n'
-             'def pick_local_port(preferred):\n'
-             '    if not isinstance(preferred, int) or not 1024 <= preferred <= 65535:\n'
-             '        raise ValueError(f"port {preferred!r} is not in 1024..65535")\n'
-             '    for port in range(preferred, 65536):\n'
-             '        if port_is_free(port):\n'
-             '            return port\n'
-             '    raise ValueError(f"no free port from {preferred} up")\n',
+           ((ANSWER,
              'def pick_local_port(preferred):\n'
              '    if not 1024 <= preferred <= 65535:\n'
              '        raise ValueError(f"port {preferred} is outside 1024..65535")\n'
@@ -1107,40 +773,7 @@ MUTANTS: list[Mutant] = [
            shows='in use: return the next free port above'),
     Mutant("05", "ex3-solution", "fixed-port",  # as a student
            'starts the server on a fixed port of its own (8891): a second server on the node cannot listen',
-           (('Path("ex3.sh").write_text(f"""#!/bin/bash\n'
-             '#SBATCH --job-name=ex3-notebook\n'
-             '#SBATCH --ntasks=1\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'umask 077\n'
-             'export JUPYTER_RUNTIME_DIR="$PWD/ex3-$SLURM_JOB_ID"\n'
-             'mkdir "$JUPYTER_RUNTIME_DIR" || exit 1\n'
-             'export JUPYTER_TOKEN="$({PY} -c \'import secrets; print(secrets.token_urlsafe(32))\')"\n'
-             'exec {PY} tiny_server.py --ip 127.0.0.1 --port 0\n'
-             '""")\n'
-             'ex3_job = subprocess.run(["sbatch", "--parsable", "ex3.sh"], capture_output=True, text=True,\n'
-             '                         check=True).stdout.strip().split(";")[0]\n'
-             '\n'
-             'def ex3_state():\n'
-             '    return subprocess.run(["squeue", "-h", "-j", ex3_job, "-o", "%T"], capture_output=True, text=True).stdout.strip()\n'
-             '\n'
-             'ex3_server = wait_for_server_file(f"ex3-{ex3_job}", timeout=120, job_state=ex3_state)\n'
-             'Path("ex3_fetch.py").write_text("""import json, sys, urllib.request\n'
-             'from hpcnb.lessons.tunnel import read_server_file\n'
-             'server = read_server_file(sys.argv[1])\n'
-             'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n'
-             'request = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/status",\n'
-             '                                 headers={"Authorization": "token " + server.token})\n'
-             'with opener.open(request, timeout=10) as reply:\n'
-             '    print(reply.status, json.dumps(json.load(reply)))\n'
-             '""")\n'
-             'step = subprocess.run(["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py", f"ex3-{ex3_job}"], capture_output=True,\n'
-             '                      text=True, env={**os.environ, "SLURM_JOB_ID": ex3_job}, check=True)\n'
-             'status, answer = step.stdout.strip().split(" ", 1)\n'
-             'ex3_status, ex3_answer = int(status), json.loads(answer)\n'
-             'subprocess.run(["scancel", ex3_job], check=True)\n'
-             'while subprocess.run(["squeue", "-h", "-j", ex3_job, "-t", "PD,R,CG"], capture_output=True, text=True).stdout.strip():\n'
-             '    time.sleep(0.2)\n',
+           ((ANSWER,
              'Path("jupyter.sh").write_text(f"""#!/bin/bash\n'
              '#SBATCH --job-name=ex3\n'
              '#SBATCH --time=00:05:00\n'
@@ -1169,40 +802,7 @@ MUTANTS: list[Mutant] = [
            shows='starts the server on the fixed port 8891'),
     Mutant("05", "ex3-solution", "token-from-notebook",  # as a student
            "makes the token in the notebook and writes it into the job's script",
-           (('Path("ex3.sh").write_text(f"""#!/bin/bash\n'
-             '#SBATCH --job-name=ex3-notebook\n'
-             '#SBATCH --ntasks=1\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'umask 077\n'
-             'export JUPYTER_RUNTIME_DIR="$PWD/ex3-$SLURM_JOB_ID"\n'
-             'mkdir "$JUPYTER_RUNTIME_DIR" || exit 1\n'
-             'export JUPYTER_TOKEN="$({PY} -c \'import secrets; print(secrets.token_urlsafe(32))\')"\n'
-             'exec {PY} tiny_server.py --ip 127.0.0.1 --port 0\n'
-             '""")\n'
-             'ex3_job = subprocess.run(["sbatch", "--parsable", "ex3.sh"], capture_output=True, text=True,\n'
-             '                         check=True).stdout.strip().split(";")[0]\n'
-             '\n'
-             'def ex3_state():\n'
-             '    return subprocess.run(["squeue", "-h", "-j", ex3_job, "-o", "%T"], capture_output=True, text=True).stdout.strip()\n'
-             '\n'
-             'ex3_server = wait_for_server_file(f"ex3-{ex3_job}", timeout=120, job_state=ex3_state)\n'
-             'Path("ex3_fetch.py").write_text("""import json, sys, urllib.request\n'
-             'from hpcnb.lessons.tunnel import read_server_file\n'
-             'server = read_server_file(sys.argv[1])\n'
-             'opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n'
-             'request = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/status",\n'
-             '                                 headers={"Authorization": "token " + server.token})\n'
-             'with opener.open(request, timeout=10) as reply:\n'
-             '    print(reply.status, json.dumps(json.load(reply)))\n'
-             '""")\n'
-             'step = subprocess.run(["srun", "--overlap", "--ntasks=1", PY, "ex3_fetch.py", f"ex3-{ex3_job}"], capture_output=True,\n'
-             '                      text=True, env={**os.environ, "SLURM_JOB_ID": ex3_job}, check=True)\n'
-             'status, answer = step.stdout.strip().split(" ", 1)\n'
-             'ex3_status, ex3_answer = int(status), json.loads(answer)\n'
-             'subprocess.run(["scancel", ex3_job], check=True)\n'
-             'while subprocess.run(["squeue", "-h", "-j", ex3_job, "-t", "PD,R,CG"], capture_output=True, text=True).stdout.strip():\n'
-             '    time.sleep(0.2)\n',
+           ((ANSWER,
              'import secrets\n'
              'token = secrets.token_urlsafe(32)\n'
              'Path("ex3.sh").write_text(f"""#!/bin/bash\n'
@@ -1258,13 +858,7 @@ MUTANTS: list[Mutant] = [
            (("return load / (load + step)", "return 100 * load / (load + step)"),), shows="6.3: share = loading / (loading + step)"),
     Mutant("06", "ex1-solution", "fixed-cpus",  # as a student
            "passes a fixed 2 to srun, not the job's $SLURM_CPUS_PER_TASK",
-           (('SCRIPT = """#!/bin/bash\n'
-             '#SBATCH --job-name=workers\n'
-             '#SBATCH --cpus-per-task=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun -c "$SLURM_CPUS_PER_TASK" python -c "from hpcnb.lessons.tuning import dataloader_workers; print(f\'workers={dataloader_workers(reserve=1)}\')"\n'
-             '"""\n',
+           ((ANSWER,
              'SCRIPT = """#!/bin/bash\n'
              '#SBATCH -c 2\n'
              '#SBATCH -t 5\n'
@@ -1273,13 +867,7 @@ MUTANTS: list[Mutant] = [
            shows='6.1: submitted with sbatch --cpus-per-task=1'),
     Mutant("06", "ex1-solution", "fixed-srun-env",  # as a student
            'exports SRUN_CPUS_PER_TASK=2, a number of its own',
-           (('SCRIPT = """#!/bin/bash\n'
-             '#SBATCH --job-name=workers\n'
-             '#SBATCH --cpus-per-task=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun -c "$SLURM_CPUS_PER_TASK" python -c "from hpcnb.lessons.tuning import dataloader_workers; print(f\'workers={dataloader_workers(reserve=1)}\')"\n'
-             '"""\n',
+           ((ANSWER,
              'SCRIPT = """#!/bin/bash\n'
              '#SBATCH --cpus-per-task=2\n'
              '#SBATCH --time=5:00\n'
@@ -1289,13 +877,7 @@ MUTANTS: list[Mutant] = [
            shows='6.1: submitted with sbatch --cpus-per-task=1'),
     Mutant("06", "ex1-solution", "two-tasks",
            'asks for two tasks as well: the python line runs twice',
-           (('SCRIPT = """#!/bin/bash\n'
-             '#SBATCH --job-name=workers\n'
-             '#SBATCH --cpus-per-task=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun -c "$SLURM_CPUS_PER_TASK" python -c "from hpcnb.lessons.tuning import dataloader_workers; print(f\'workers={dataloader_workers(reserve=1)}\')"\n'
-             '"""\n',
+           ((ANSWER,
              'SCRIPT = """#!/bin/bash\n'
              '#SBATCH --ntasks=2\n'
              '#SBATCH --cpus-per-task=2\n'
@@ -1519,17 +1101,7 @@ MUTANTS: list[Mutant] = [
            (("if rank == 0 else None", "if rank == 1 else None"),), shows="8.4: the curve must be rank 0's losses"),
     Mutant("08", "ex1-solution", "truthy-or",  # as a student
            "falls back to Slurm's variable when torchrun's is 0: `int(env.get('RANK', 0)) or ...`",
-           (('def world_from_env(env):\n'
-             '    def pick(torchrun, slurm):\n'
-             '        return int(env[torchrun] if torchrun in env else env[slurm])\n'
-             '    port = env.get("MASTER_PORT") or 16000 + int(env["SLURM_JOB_ID"]) % 16000\n'
-             '    return {"rank": pick("RANK", "SLURM_PROCID"), "local_rank": pick("LOCAL_RANK", "SLURM_LOCALID"),\n'
-             '            "world_size": pick("WORLD_SIZE", "SLURM_NTASKS"), "master_port": int(port)}\n'
-             '\n'
-             '\n'
-             'def master_addr(nodelist):\n'
-             '    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)\n'
-             '    return out.stdout.split()[0]\n',
+           ((ANSWER,
              'def world_from_env(env):\n'
              '    rank = int(env.get("RANK", 0)) or int(env["SLURM_PROCID"])\n'
              '    local_rank = int(env.get("LOCAL_RANK", 0)) or int(env["SLURM_LOCALID"])\n'
@@ -1543,17 +1115,7 @@ MUTANTS: list[Mutant] = [
            shows='8.1: under torchrun RANK=0 and LOCAL_RANK=0 win over SLURM_PROCID=1'),
     Mutant("08", "ex1-solution", "regex-nodelist",  # as a student
            'expands the first entry of the node list with a regular expression: one bracket group only',
-           (('def world_from_env(env):\n'
-             '    def pick(torchrun, slurm):\n'
-             '        return int(env[torchrun] if torchrun in env else env[slurm])\n'
-             '    port = env.get("MASTER_PORT") or 16000 + int(env["SLURM_JOB_ID"]) % 16000\n'
-             '    return {"rank": pick("RANK", "SLURM_PROCID"), "local_rank": pick("LOCAL_RANK", "SLURM_LOCALID"),\n'
-             '            "world_size": pick("WORLD_SIZE", "SLURM_NTASKS"), "master_port": int(port)}\n'
-             '\n'
-             '\n'
-             'def master_addr(nodelist):\n'
-             '    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)\n'
-             '    return out.stdout.split()[0]\n',
+           ((ANSWER,
              'def world_from_env(env):\n'
              '    if "RANK" in env:\n'
              '        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")\n'
@@ -1569,50 +1131,7 @@ MUTANTS: list[Mutant] = [
            shows='8.1: the first host of rack[1-2]-gpu[3-4] is rack1-gpu3'),
     Mutant("08", "ex2-solution", "tutorial-port",  # as a student
            "follows PyTorch's tutorial: init_method='tcp://localhost:29500', one port for every job",
-           (('Path("ddp.py").write_text("""\n'
-             'import argparse\n'
-             'import os\n'
-             '\n'
-             'import torch\n'
-             'import torch.distributed as dist\n'
-             'import torch.nn.functional as F\n'
-             'from torch.nn.parallel import DistributedDataParallel as DDP\n'
-             'from torch.utils.data import DataLoader\n'
-             'from torch.utils.data.distributed import DistributedSampler\n'
-             '\n'
-             'from hpcnb.lessons import training\n'
-             'from hpcnb.lessons.distributed import leave\n'
-             '\n'
-             'parser = argparse.ArgumentParser()\n'
-             'parser.add_argument("--out", default="ddp")\n'
-             'args = parser.parse_args()\n'
-             'torch.set_num_threads(1)\n'
-             '\n'
-             'rank, world_size = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])\n'
-             'os.environ["MASTER_ADDR"] = "localhost"\n'
-             'os.environ["MASTER_PORT"] = str(16000 + int(os.environ["SLURM_JOB_ID"]) % 16000)\n'
-             'dist.init_process_group("gloo", rank=rank, world_size=world_size)\n'
-             '\n'
-             'data = training.make_dataset(samples=1024)\n'
-             'sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)\n'
-             'loader = DataLoader(data, batch_size=64 // world_size, sampler=sampler)\n'
-             'model = DDP(training.make_model(hidden=64))\n'
-             'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
-             '\n'
-             'seen = 0\n'
-             'for epoch in range(2):\n'
-             '    sampler.set_epoch(epoch)\n'
-             '    for x, y in loader:\n'
-             '        optimizer.zero_grad()\n'
-             '        F.mse_loss(model(x), y).backward()\n'
-             '        optimizer.step()\n'
-             '        seen += len(x)\n'
-             '\n'
-             'if rank == 0:\n'
-             '    training.save_result(args.out, model, world_size=world_size, samples_per_epoch=seen // 2)\n'
-             '    print("saved", args.out)\n'
-             "leave()  # barrier, destroy_process_group, flush, exit without Python's teardown\n"
-             '""")\n',
+           ((ANSWER,
              'Path("ddp.py").write_text(\'\'\'\n'
              'import argparse\n'
              'import os\n'
@@ -1660,50 +1179,7 @@ MUTANTS: list[Mutant] = [
            shows='8.2: jobs 61234567 and 61234568 both use the port 29500'),
     Mutant("08", "ex2-solution", "local-ids",  # as a student
            'one node, so takes the local ids: RANK from SLURM_LOCALID, WORLD_SIZE from SLURM_NTASKS_PER_NODE',
-           (('Path("ddp.py").write_text("""\n'
-             'import argparse\n'
-             'import os\n'
-             '\n'
-             'import torch\n'
-             'import torch.distributed as dist\n'
-             'import torch.nn.functional as F\n'
-             'from torch.nn.parallel import DistributedDataParallel as DDP\n'
-             'from torch.utils.data import DataLoader\n'
-             'from torch.utils.data.distributed import DistributedSampler\n'
-             '\n'
-             'from hpcnb.lessons import training\n'
-             'from hpcnb.lessons.distributed import leave\n'
-             '\n'
-             'parser = argparse.ArgumentParser()\n'
-             'parser.add_argument("--out", default="ddp")\n'
-             'args = parser.parse_args()\n'
-             'torch.set_num_threads(1)\n'
-             '\n'
-             'rank, world_size = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])\n'
-             'os.environ["MASTER_ADDR"] = "localhost"\n'
-             'os.environ["MASTER_PORT"] = str(16000 + int(os.environ["SLURM_JOB_ID"]) % 16000)\n'
-             'dist.init_process_group("gloo", rank=rank, world_size=world_size)\n'
-             '\n'
-             'data = training.make_dataset(samples=1024)\n'
-             'sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)\n'
-             'loader = DataLoader(data, batch_size=64 // world_size, sampler=sampler)\n'
-             'model = DDP(training.make_model(hidden=64))\n'
-             'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n'
-             '\n'
-             'seen = 0\n'
-             'for epoch in range(2):\n'
-             '    sampler.set_epoch(epoch)\n'
-             '    for x, y in loader:\n'
-             '        optimizer.zero_grad()\n'
-             '        F.mse_loss(model(x), y).backward()\n'
-             '        optimizer.step()\n'
-             '        seen += len(x)\n'
-             '\n'
-             'if rank == 0:\n'
-             '    training.save_result(args.out, model, world_size=world_size, samples_per_epoch=seen // 2)\n'
-             '    print("saved", args.out)\n'
-             "leave()  # barrier, destroy_process_group, flush, exit without Python's teardown\n"
-             '""")\n',
+           ((ANSWER,
              'Path("ddp.py").write_text(\'\'\'\n'
              'import argparse\n'
              'import os\n'
@@ -1755,21 +1231,7 @@ MUTANTS: list[Mutant] = [
            shows='8.2: as task 1 of a job submitted with --ntasks=2'),
     Mutant("08", "ex3-solution", "port-29500",  # as a student
            "meets at the first node on torchrun's usual port 29500: two jobs on one node collide",
-           (('torchrun_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=ex3\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --cpus-per-task=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
-             'export MASTER_PORT=$(( 16000 + SLURM_JOB_ID % 16000 ))\n'
-             'export OMP_NUM_THREADS=1\n'
-             'srun --ntasks-per-node=1 --cpus-per-task=$SLURM_CPUS_PER_TASK --kill-on-bad-exit=1 \\\\\n'
-             '    torchrun --nnodes=$SLURM_NNODES --nproc-per-node=2 \\\\\n'
-             '        --rdzv-id=$SLURM_JOB_ID --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT \\\\\n'
-             '        -m hpcnb.scripts.ddp_train --epochs 1 --out ex3\n'
-             '"""\n',
+           ((ANSWER,
              'torchrun_script = """#!/bin/bash\n'
              '#SBATCH -J ex3\n'
              '#SBATCH -N 2\n'
@@ -1783,21 +1245,7 @@ MUTANTS: list[Mutant] = [
            shows='8.3: jobs 61234567 and 61234568 both meet at port 29500'),
     Mutant("08", "ex3-solution", "sed-nodelist",  # as a student
            'cuts the first node out of $SLURM_JOB_NODELIST with sed: right for node[1-2] only',
-           (('torchrun_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=ex3\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=1\n'
-             '#SBATCH --cpus-per-task=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
-             'export MASTER_PORT=$(( 16000 + SLURM_JOB_ID % 16000 ))\n'
-             'export OMP_NUM_THREADS=1\n'
-             'srun --ntasks-per-node=1 --cpus-per-task=$SLURM_CPUS_PER_TASK --kill-on-bad-exit=1 \\\\\n'
-             '    torchrun --nnodes=$SLURM_NNODES --nproc-per-node=2 \\\\\n'
-             '        --rdzv-id=$SLURM_JOB_ID --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT \\\\\n'
-             '        -m hpcnb.scripts.ddp_train --epochs 1 --out ex3\n'
-             '"""\n',
+           ((ANSWER,
              'torchrun_script = """#!/bin/bash\n'
              '#SBATCH --job-name=ex3\n'
              '#SBATCH --nodes=2\n'
@@ -1813,14 +1261,7 @@ MUTANTS: list[Mutant] = [
            shows='8.3: on the nodes gpu-a[07-08] torchrun must meet at gpu-a07'),
     Mutant("08", "ex4-solution", "slurm-procid",  # as a student
            'asks SLURM_PROCID, not the rank it is given: under torchrun every worker of the first node is 0',
-           (('Path("board.py").write_text(\'\'\'\n'
-             'from torch.utils.tensorboard import SummaryWriter\n'
-             '\n'
-             '\n'
-             'def writer_for(rank, logdir):\n'
-             '    """Rank 0\'s SummaryWriter; None on every other rank (one event file, one curve)."""\n'
-             '    return SummaryWriter(logdir) if rank == 0 else None\n'
-             "''')\n",
+           ((ANSWER,
              'Path("board.py").write_text(\'\'\'\n'
              'import os\n'
              '\n'
@@ -1835,14 +1276,7 @@ MUTANTS: list[Mutant] = [
            shows='8.4: under torchrun on 2 nodes, rank 1 (node 1, worker 1) got a writer'),
     Mutant("08", "ex4-solution", "local-rank",  # as a student
            'lets the first process of each node log (local rank 0): one curve per node',
-           (('Path("board.py").write_text(\'\'\'\n'
-             'from torch.utils.tensorboard import SummaryWriter\n'
-             '\n'
-             '\n'
-             'def writer_for(rank, logdir):\n'
-             '    """Rank 0\'s SummaryWriter; None on every other rank (one event file, one curve)."""\n'
-             '    return SummaryWriter(logdir) if rank == 0 else None\n'
-             "''')\n",
+           ((ANSWER,
              'Path("board.py").write_text(\'\'\'\n'
              'import os\n'
              '\n'
@@ -1879,16 +1313,14 @@ MUTANTS: list[Mutant] = [
            (("#SBATCH --open-mode=append\n", ""),), shows="9.3: "),
     Mutant("09", "ex1-solution", "prefix",  # as a student
            "takes names that start with 'bash' or 'interactive' for interactive jobs",
-           (('def lightning_sees_slurm(env):\n'
-             '    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")\n',
+           ((ANSWER,
              'def lightning_sees_slurm(env):\n'
              '    name = env.get("SLURM_JOB_NAME", "")\n'
              '    return "SLURM_NTASKS" in env and not name.startswith(("bash", "interactive"))\n'),),
            shows="9.1: {'SLURM_NTASKS': '2', 'SLURM_JOB_NAME': 'interactive-gpu'}"),
     Mutant("09", "ex1-solution", "any-case",  # as a student
            "compares the job name in lower case: 'Interactive' is not Lightning's 'interactive'",
-           (('def lightning_sees_slurm(env):\n'
-             '    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")\n',
+           ((ANSWER,
              'def lightning_sees_slurm(env):\n'
              '    if "SLURM_NTASKS" not in env:\n'
              '        return False\n'
@@ -1896,14 +1328,7 @@ MUTANTS: list[Mutant] = [
            shows="9.1: {'SLURM_NTASKS': '8', 'SLURM_JOB_NAME': 'Interactive'}"),
     Mutant("09", "ex2-solution", "no-kill",  # as a student
            'writes a fresh script with the name and layout right, and srun without --kill-on-bad-exit',
-           (('fixed_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=lightning\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun --kill-on-bad-exit=1 python -m hpcnb.scripts.lightning_train --nodes 2 --devices 2 --epochs 1 --out ex2\n'
-             '"""\n',
+           ((ANSWER,
              'fixed_script = """#!/bin/bash\n'
              '#SBATCH --job-name=train\n'
              '#SBATCH --nodes=2\n'
@@ -1915,14 +1340,7 @@ MUTANTS: list[Mutant] = [
            shows='9.2: when one process crashes (here rank 3)'),
     Mutant("09", "ex2-solution", "no-time",  # as a student
            "drops the time limit with the bad lines: the job gets the partition's default",
-           (('fixed_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=lightning\n'
-             '#SBATCH --nodes=2\n'
-             '#SBATCH --ntasks-per-node=2\n'
-             '#SBATCH --time=00:05:00\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun --kill-on-bad-exit=1 python -m hpcnb.scripts.lightning_train --nodes 2 --devices 2 --epochs 1 --out ex2\n'
-             '"""\n',
+           ((ANSWER,
              'fixed_script = """#!/bin/bash\n'
              '#SBATCH --job-name=lightning-ddp\n'
              '#SBATCH --nodes=2\n'
@@ -1933,17 +1351,7 @@ MUTANTS: list[Mutant] = [
            shows='9.2: same resources: the broken script asks for 5 minutes'),
     Mutant("09", "ex3-solution", "no-srun",  # as a student
            'starts the training in the batch shell (Lightning would start its processes): no step gets the signal',
-           (('requeue_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=long-training\n'
-             '#SBATCH --nodes=1\n'
-             '#SBATCH --ntasks-per-node=2\n'
-             '#SBATCH --time=01:00:00\n'
-             '#SBATCH --signal=SIGUSR1@120\n'
-             '#SBATCH --requeue\n'
-             '#SBATCH --open-mode=append\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun --kill-on-bad-exit=1 python -m hpcnb.scripts.lightning_train --devices 2 --requeue\n'
-             '"""\n',
+           ((ANSWER,
              'requeue_script = """#!/bin/bash\n'
              '#SBATCH --job-name=long-training\n'
              '#SBATCH --nodes=1\n'
@@ -1958,17 +1366,7 @@ MUTANTS: list[Mutant] = [
            shows='9.3: start the training with srun'),
     Mutant("09", "ex3-solution", "one-task",  # as a student
            "srun -n 1, counting on Lightning to start the second device's process",
-           (('requeue_script = """#!/bin/bash\n'
-             '#SBATCH --job-name=long-training\n'
-             '#SBATCH --nodes=1\n'
-             '#SBATCH --ntasks-per-node=2\n'
-             '#SBATCH --time=01:00:00\n'
-             '#SBATCH --signal=SIGUSR1@120\n'
-             '#SBATCH --requeue\n'
-             '#SBATCH --open-mode=append\n'
-             '#SBATCH --output=%x-%j.out\n'
-             'srun --kill-on-bad-exit=1 python -m hpcnb.scripts.lightning_train --devices 2 --requeue\n'
-             '"""\n',
+           ((ANSWER,
              'requeue_script = """#!/bin/bash\n'
              '#SBATCH --job-name=long-training\n'
              '#SBATCH --nodes=1\n'
@@ -2011,9 +1409,7 @@ MUTANTS: list[Mutant] = [
            shows="10.3: DDP and Horovod end with different weights"),
     Mutant("10", "ex1-solution", "own-expander",  # as a student
            'expands the node list with a parser of its own: one bracket group per name',
-           (('def horovod_hosts(nodelist, tasks_per_node):\n'
-             '    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)\n'
-             '    return ",".join(f"{host}:{tasks_per_node}" for host in out.stdout.split())\n',
+           ((ANSWER,
              'def horovod_hosts(nodelist, tasks_per_node):\n'
              '    hosts = []\n'
              '    for part in re.findall(r"[^,\\[]+(?:\\[[^\\]]*\\])?", nodelist):\n'
@@ -2029,22 +1425,14 @@ MUTANTS: list[Mutant] = [
            shows="10.1: horovod_hosts('rack[1-2]-gpu[3-4]', 1) is"),
     Mutant("10", "ex1-solution", "shell-unquoted",  # as a student
            'runs scontrol through a shell with the node list unquoted',
-           (('def horovod_hosts(nodelist, tasks_per_node):\n'
-             '    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)\n'
-             '    return ",".join(f"{host}:{tasks_per_node}" for host in out.stdout.split())\n',
+           ((ANSWER,
              'def horovod_hosts(nodelist, tasks_per_node):\n'
              '    hosts = os.popen(f"scontrol show hostnames {nodelist}").read().split()\n'
              '    return ",".join(f"{host}:{tasks_per_node}" for host in hosts)\n'),),
            shows='10.1: with a file named node3 in the folder'),
     Mutant("10", "ex2-solution", "weights-only",  # as a student
            "broadcasts rank 0's weights right after building the model, not the optimizer's state",
-           (('source = Path("broken_hvd.py").read_text()\n'
-             'anchor = "optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())\\n"\n'
-             'assert anchor in source\n'
-             'Path("fixed_hvd.py").write_text(source.replace(anchor, anchor + (\n'
-             '    "hvd.broadcast_parameters(model.state_dict(), root_rank=0)\\n"\n'
-             '    "hvd.broadcast_optimizer_state(optimizer, root_rank=0)\\n")))\n'
-             'print("wrote fixed_hvd.py")\n',
+           ((ANSWER,
              'text = Path("broken_hvd.py").read_text()\n'
              'line = "model = training.make_model(hidden=64, seed=hvd.rank())\\n"\n'
              'text = text.replace(line, line + "hvd.broadcast_parameters(model.state_dict(), root_rank=0)\\n")\n'
@@ -2052,13 +1440,7 @@ MUTANTS: list[Mutant] = [
            shows='10.2: the workers start alike but end apart'),
     Mutant("10", "ex2-solution", "average-weights",  # as a student
            "averages the workers' initial weights (allreduce) instead of sending rank 0's state",
-           (('source = Path("broken_hvd.py").read_text()\n'
-             'anchor = "optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())\\n"\n'
-             'assert anchor in source\n'
-             'Path("fixed_hvd.py").write_text(source.replace(anchor, anchor + (\n'
-             '    "hvd.broadcast_parameters(model.state_dict(), root_rank=0)\\n"\n'
-             '    "hvd.broadcast_optimizer_state(optimizer, root_rank=0)\\n")))\n'
-             'print("wrote fixed_hvd.py")\n',
+           ((ANSWER,
              'text = Path("broken_hvd.py").read_text()\n'
              'line = "model = training.make_model(hidden=64, seed=hvd.rank())\\n"\n'
              'text = text.replace(line, line + (\n'
@@ -2069,13 +1451,13 @@ MUTANTS: list[Mutant] = [
            shows='10.2: the workers start alike but end apart'),
     Mutant("10", "ex3-solution", "per-process-batch",  # as a student
            "gives DDP the per-worker batch (as 8.2's processes take) and Horovod's scaled rate",
-           (('ddp_args = {"batch": 2 * 16, "lr": 2 * 0.05}\n',
+           ((ANSWER,
              'workers, per_worker, base_lr = 2, 16, 0.05\n'
              'ddp_args = {"batch": per_worker, "lr": base_lr * workers}\n'),),
            shows='10.3: DDP and Horovod end with different weights'),
     Mutant("10", "ex3-solution", "sqrt-rate",  # as a student
            'scales the learning rate by the square root of the workers',
-           (('ddp_args = {"batch": 2 * 16, "lr": 2 * 0.05}\n',
+           ((ANSWER,
              'ddp_args = {"batch": 16 * 2, "lr": 0.05 * 2 ** 0.5}\n'),),
            shows='10.3: DDP and Horovod end with different weights'),
     # ----------------------------------------------------------- 11 scaling curves
@@ -2105,12 +1487,7 @@ MUTANTS: list[Mutant] = [
            (("--batch 1024", "--batch 512"),), shows="11.3: weak scaling keeps 1024 per task"),
     Mutant("11", "ex1-solution", "per-node",  # as a student
            'divides the speed-up by the 16 nodes, not the 64 GPUs',
-           (('write_runs("cluster_runs.csv", table)\n'
-             'runs = read_runs("cluster_runs.csv")\n'
-             's = fit_amdahl(runs).serial_fraction\n'
-             'at_64 = next(r for r in speedup_efficiency(runs) if r.tasks == 64)\n'
-             'speedup_64, efficiency_64 = at_64.speedup, at_64.efficiency\n'
-             'n_half = next(n for n in (2 ** k for k in range(11)) if amdahl_speedup(s, n) / n < 0.5)\n',
+           ((ANSWER,
              'write_runs("cluster_runs.csv", table)\n'
              'runs = read_runs("cluster_runs.csv")\n'
              's = fit_amdahl(runs).serial_fraction\n'
@@ -2123,12 +1500,7 @@ MUTANTS: list[Mutant] = [
            shows='11.1: efficiency = speed-up / tasks'),
     Mutant("11", "ex1-solution", "any-count",  # as a student
            'searches every task count, not the powers of two',
-           (('write_runs("cluster_runs.csv", table)\n'
-             'runs = read_runs("cluster_runs.csv")\n'
-             's = fit_amdahl(runs).serial_fraction\n'
-             'at_64 = next(r for r in speedup_efficiency(runs) if r.tasks == 64)\n'
-             'speedup_64, efficiency_64 = at_64.speedup, at_64.efficiency\n'
-             'n_half = next(n for n in (2 ** k for k in range(11)) if amdahl_speedup(s, n) / n < 0.5)\n',
+           ((ANSWER,
              'write_runs("cluster_runs.csv", table)\n'
              'runs = read_runs("cluster_runs.csv")\n'
              's = fit_amdahl(runs).serial_fraction\n'
@@ -2138,9 +1510,7 @@ MUTANTS: list[Mutant] = [
            shows='is not a power of two'),
     Mutant("11", "ex2-solution", "by-hand",  # as a student
            'multiplies it out by hand and forgets the accumulation',
-           (('gbatch = global_batch(32, 4 * 4, accumulation=2)\n'
-             'lr_linear = lr_scaling(0.1, 256, gbatch, rule="linear")\n'
-             'lr_sqrt = lr_scaling(0.1, 256, gbatch, rule="sqrt")\n',
+           ((ANSWER,
              'import math\n'
              '\n'
              'gbatch = 32 * 16\n'
@@ -2149,22 +1519,14 @@ MUTANTS: list[Mutant] = [
            shows='11.2: global batch = 32 per GPU x 16 GPUs x 2 accumulation steps = 1024, not 512'),
     Mutant("11", "ex2-solution", "rate-without-accumulation",  # as a student
            'counts the accumulation in the batch but scales the rate for one pass',
-           (('gbatch = global_batch(32, 4 * 4, accumulation=2)\n'
-             'lr_linear = lr_scaling(0.1, 256, gbatch, rule="linear")\n'
-             'lr_sqrt = lr_scaling(0.1, 256, gbatch, rule="sqrt")\n',
+           ((ANSWER,
              'gbatch = global_batch(32, 16, accumulation=2)\n'
              'lr_linear = lr_scaling(0.1, 256, 32 * 16, rule="linear")\n'
              'lr_sqrt = lr_scaling(0.1, 256, 32 * 16, rule="sqrt")\n'),),
            shows='11.2: linear rule'),
     Mutant("11", "ex3-solution", "all-cpus",  # as a student
            'a job script that asks for both CPUs of each node for its one task',
-           (('reply = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",\n'
-             '                        "--time=00:05:00", "--output=weak-%j.out",\n'
-             '                        "--wrap", "srun python -m hpcnb.scripts.scaling_train --kind weak --batch 1024 --steps 30"],\n'
-             '                       capture_output=True, text=True, check=True)\n'
-             'job_id = reply.stdout.strip().split(";")[0]\n'
-             'line = next(l for l in Path(f"weak-{job_id}.out").read_text().splitlines() if l.startswith("SCALING"))\n'
-             'weak_run = dict(re.findall(r"(\\w+)=(\\S+)", line))\n',
+           ((ANSWER,
              'from hpcnb.jobs import submit\n'
              '\n'
              'Path("weak.sh").write_text("""#!/bin/bash\n'
@@ -2183,13 +1545,7 @@ MUTANTS: list[Mutant] = [
            shows='11.3: the job must hold one CPU for each of its 2 tasks'),
     Mutant("11", "ex3-solution", "exclusive",  # as a student
            'takes the nodes --exclusive for clean timings',
-           (('reply = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",\n'
-             '                        "--time=00:05:00", "--output=weak-%j.out",\n'
-             '                        "--wrap", "srun python -m hpcnb.scripts.scaling_train --kind weak --batch 1024 --steps 30"],\n'
-             '                       capture_output=True, text=True, check=True)\n'
-             'job_id = reply.stdout.strip().split(";")[0]\n'
-             'line = next(l for l in Path(f"weak-{job_id}.out").read_text().splitlines() if l.startswith("SCALING"))\n'
-             'weak_run = dict(re.findall(r"(\\w+)=(\\S+)", line))\n',
+           ((ANSWER,
              'out = subprocess.run("sbatch --parsable --wait --exclusive -N 2 --ntasks-per-node=1 -t 5 -o weak-%j.out "\n'
              '                     "--wrap \'srun python -m hpcnb.scripts.scaling_train --kind weak --batch 1024 --steps 30\'",\n'
              '                     shell=True, capture_output=True, text=True).stdout\n'
@@ -2267,39 +1623,7 @@ MUTANTS: list[Mutant] = [
 '''),),
            shows='was the optimizer state saved and restored?'),  # as a student
     Mutant("12", "ex2-solution", "save-in-handler", 'saves, requeues and exits inside the signal handler',
-           (('''Path("warned.py").write_text("""import os
-import signal
-import subprocess
-import sys
-import time
-
-warned = []
-
-def on_warning(signum, frame):
-    warned.append(signum)          # only note it: the loop saves between two steps
-
-signal.signal(signal.SIGUSR1, on_warning)
-
-from hpcnb.lessons.checkpoint import Checkpointer
-from ex2_model import make_model, train
-
-STEPS = 100
-model, opt = make_model()
-ck = Checkpointer("ckpt-ex2")
-start = ck.restore(model, opt)
-print(f"run {int(os.environ.get('SLURM_RESTART_COUNT', 0)) + 1}: resuming from step {start}", flush=True)
-for step in range(start, STEPS):
-    train(model, opt, [step])
-    time.sleep(0.05)
-    if warned:
-        ck.save(step + 1, model, opt)
-        print(f"checkpoint at step {step + 1}", flush=True)
-        subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]])  # Slurm ends this run
-        sys.exit(0)
-ck.save(STEPS, model, opt)
-print(f"finished at step {STEPS}", flush=True)
-""")
-''',
+           ((ANSWER,
              '''Path("warned.py").write_text("""import os, signal, subprocess, sys, time
 
 from hpcnb.lessons.checkpoint import Checkpointer
@@ -2327,39 +1651,7 @@ ck.save(100, model, opt)
 '''),),
            shows='12.2: the handler on_warning() must only note the warning'),  # as a student
     Mutant("12", "ex2-solution", "second-run", "counts the runs by whether a checkpoint exists: every run after the first says 'run 2'",
-           (('''Path("warned.py").write_text("""import os
-import signal
-import subprocess
-import sys
-import time
-
-warned = []
-
-def on_warning(signum, frame):
-    warned.append(signum)          # only note it: the loop saves between two steps
-
-signal.signal(signal.SIGUSR1, on_warning)
-
-from hpcnb.lessons.checkpoint import Checkpointer
-from ex2_model import make_model, train
-
-STEPS = 100
-model, opt = make_model()
-ck = Checkpointer("ckpt-ex2")
-start = ck.restore(model, opt)
-print(f"run {int(os.environ.get('SLURM_RESTART_COUNT', 0)) + 1}: resuming from step {start}", flush=True)
-for step in range(start, STEPS):
-    train(model, opt, [step])
-    time.sleep(0.05)
-    if warned:
-        ck.save(step + 1, model, opt)
-        print(f"checkpoint at step {step + 1}", flush=True)
-        subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]])  # Slurm ends this run
-        sys.exit(0)
-ck.save(STEPS, model, opt)
-print(f"finished at step {STEPS}", flush=True)
-""")
-''',
+           ((ANSWER,
              '''Path("warned.py").write_text("""import os
 import signal
 import subprocess
@@ -2390,13 +1682,7 @@ ck.save(100, model, opt)
 '''),),
            shows="12.2: the third run (SLURM_RESTART_COUNT=2) must say 'run 3'"),  # as a student
     Mutant("12", "ex3-solution", "dependencies", 'chains four jobs with --dependency instead of an array throttled to one task at a time',
-           (('''reply = subprocess.run(["sbatch", "--parsable", "--array=1-4%1", "--time=00:05:00", "--output=ex3-%A_%a.out",
-                        "--wrap", "python -m hpcnb.scripts.ckpt_train --ckpt-dir ckpt-ex3 --steps 60 "
-                                  "--steps-per-run 20 --step-seconds 0 --out ex3.json"],
-                       capture_output=True, text=True, check=True)
-chain_job = reply.stdout.strip().split(";")[0]
-Job(chain_job).wait(quiet=True)
-''',
+           ((ANSWER,
              '''previous = None
 for part in range(4):   # four jobs, each after the one before
     after = [f"--dependency=afterany:{previous}"] if previous else []
@@ -2409,13 +1695,7 @@ Job(chain_job).wait(quiet=True)
 '''),),
            shows='12.3: an array of tasks 1 to 4'),  # as a student
     Mutant("12", "ex3-solution", "one-go", 'an array of 4 without --steps-per-run: the first task trains all 60 steps',
-           (('''reply = subprocess.run(["sbatch", "--parsable", "--array=1-4%1", "--time=00:05:00", "--output=ex3-%A_%a.out",
-                        "--wrap", "python -m hpcnb.scripts.ckpt_train --ckpt-dir ckpt-ex3 --steps 60 "
-                                  "--steps-per-run 20 --step-seconds 0 --out ex3.json"],
-                       capture_output=True, text=True, check=True)
-chain_job = reply.stdout.strip().split(";")[0]
-Job(chain_job).wait(quiet=True)
-''',
+           ((ANSWER,
              '''reply = subprocess.run(["sbatch", "--parsable", "--wait", "--array=1-4%1", "--time=00:05:00",
                         "--output=ex3-%A_%a.out", "--wrap",
                         "python -m hpcnb.scripts.ckpt_train --ckpt-dir ckpt-ex3 --steps 60 --step-seconds 0 --out ex3.json"],
@@ -2489,20 +1769,7 @@ chain_job = reply.stdout.strip().split(";")[0]
 '''),),
            shows='13.1: with an even number of ranks the median is the mean of the two middle times'),  # as a student
     Mutant("13", "ex2-solution", "means", "gives find_stragglers each rank's mean step time: one long pause makes a straggler",
-           (('''reply = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=2", "--ntasks=3", "--cpus-per-task=1",
-                        "--time=00:05:00", "--output=straggler-%j.out", "--wrap",
-                        "srun --kill-on-bad-exit=1 python -m hpcnb.scripts.straggler_train --steps 13 "
-                        "--out ex2.json --simulate-slow-rank 1 --simulate-factor 4"],
-                       capture_output=True, text=True, check=True)
-straggler_job = reply.stdout.strip().split(";")[0]
-log_times = read_step_logs(f"straggler-{straggler_job}.out")
-
-def flagged_in_log(path):
-    times = read_step_logs(path)
-    return sorted(t.rank for t in find_stragglers({r: rec["compute_s"] for r, rec in times.items()}) if t.slow)
-
-found = flagged_in_log(f"straggler-{straggler_job}.out")
-''',
+           ((ANSWER,
              '''reply = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=2", "--ntasks=3", "--cpus-per-task=1",
                         "--time=00:05:00", "--output=straggler-%j.out", "--wrap",
                         "srun python -m hpcnb.scripts.straggler_train --steps 13 "
@@ -2519,20 +1786,7 @@ found = flagged_in_log(f"straggler-{straggler_job}.out")
 '''),),
            shows='13.2: rank 4 paused once'),  # as a student
     Mutant("13", "ex2-solution", "step-totals", 'judges the ranks by their step times, computing plus waiting',
-           (('''reply = subprocess.run(["sbatch", "--parsable", "--wait", "--nodes=2", "--ntasks=3", "--cpus-per-task=1",
-                        "--time=00:05:00", "--output=straggler-%j.out", "--wrap",
-                        "srun --kill-on-bad-exit=1 python -m hpcnb.scripts.straggler_train --steps 13 "
-                        "--out ex2.json --simulate-slow-rank 1 --simulate-factor 4"],
-                       capture_output=True, text=True, check=True)
-straggler_job = reply.stdout.strip().split(";")[0]
-log_times = read_step_logs(f"straggler-{straggler_job}.out")
-
-def flagged_in_log(path):
-    times = read_step_logs(path)
-    return sorted(t.rank for t in find_stragglers({r: rec["compute_s"] for r, rec in times.items()}) if t.slow)
-
-found = flagged_in_log(f"straggler-{straggler_job}.out")
-''',
+           ((ANSWER,
              '''reply = subprocess.run(["sbatch", "--parsable", "--wait", "-N", "2", "-n", "3", "-c", "1", "--time=00:05:00",
                         "--output=straggler-%j.out", "--wrap",
                         "srun python -m hpcnb.scripts.straggler_train --steps 13 "
@@ -2549,24 +1803,14 @@ found = flagged_in_log(f"straggler-{straggler_job}.out")
 '''),),
            shows='13.2: rank 1 was made 4x slower'),  # as a student
     Mutant("13", "ex3-solution", "mean-of-shares", "averages the two healthy ranks' shares instead of adding up their times",
-           (('''ranks, _ = load_times("ex2.json")
-others = [rec for rank, rec in ranks.items() if rank != 1]
-waited = sum(sum(rec["wait_s"]) for rec in others)
-total = sum(sum(rec["compute_s"]) + sum(rec["wait_s"]) for rec in others)
-waiting_share = waited / total
-''',
+           ((ANSWER,
              '''ranks, _ = load_times("ex2.json")
 shares = [sum(rec["wait_s"]) / (sum(rec["wait_s"]) + sum(rec["compute_s"])) for rank, rec in ranks.items() if rank != 1]
 waiting_share = sum(shares) / len(shares)   # the average healthy rank
 '''),),
            shows='13.3: add up the times of ranks 0 and 2, then divide'),  # as a student
     Mutant("13", "ex3-solution", "from-the-log", "computes the share from the log's rounded lines",
-           (('''ranks, _ = load_times("ex2.json")
-others = [rec for rank, rec in ranks.items() if rank != 1]
-waited = sum(sum(rec["wait_s"]) for rec in others)
-total = sum(sum(rec["compute_s"]) + sum(rec["wait_s"]) for rec in others)
-waiting_share = waited / total
-''',
+           ((ANSWER,
              '''waited = sum(sum(rec["wait_s"]) for rank, rec in log_times.items() if rank != 1)
 computed = sum(sum(rec["compute_s"]) for rank, rec in log_times.items() if rank != 1)
 waiting_share = waited / (waited + computed)
@@ -2601,18 +1845,7 @@ waiting_share = waited / (waited + computed)
            ((" --load ckpt --width 256 --depth 4", " --load ckpt"), ('["load-3"]', '.get("load-3", {})')),
            shows="the same --width and --depth as the saved model?"),
     Mutant("14", "ex1-solution", "one-node", 'one job of 2 tasks per strategy, on one node',
-           (('''run = "srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --width 256 --depth 4 --steps 3"
-job = submit(wrap=f"{run} --strategy ddp && {run} --strategy zero1 && {run} --strategy fsdp --save ckpt",
-             nodes=2, ntasks_per_node=1, cpus_per_task=1, mem="2G", time="00:05:00", output="sizes-%j.out")
-sizes_job = job.id
-job.wait(timeout=300, quiet=True)
-runs = read_records(job.output_path.read_text())
-
-def worst_bytes_per_param(ranks):
-    return max((r["param_bytes"] + r["grad_bytes"] + r["optim_bytes"]) / r["n_params"] for r in ranks.values())
-
-widest = {s: largest_width(BUDGET, worst_bytes_per_param(runs[s]), DEPTH) for s in ("ddp", "zero1", "fsdp")}
-''',
+           ((ANSWER,
              '''outputs = []
 for strategy in ("ddp", "zero1", "fsdp"):   # one job of 2 tasks per strategy, on whatever node is free
     extra = " --save ckpt" if strategy == "fsdp" else ""
@@ -2630,18 +1863,7 @@ widest = {s: largest_width(BUDGET, worst_bytes_per_param(runs[s]), DEPTH) for s 
 '''),),
            shows='14.1: one job of 2 tasks on 2 nodes'),  # as a student
     Mutant("14", "ex1-solution", "rank-zero", "takes rank 0's bytes as the most a rank holds",
-           (('''run = "srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --width 256 --depth 4 --steps 3"
-job = submit(wrap=f"{run} --strategy ddp && {run} --strategy zero1 && {run} --strategy fsdp --save ckpt",
-             nodes=2, ntasks_per_node=1, cpus_per_task=1, mem="2G", time="00:05:00", output="sizes-%j.out")
-sizes_job = job.id
-job.wait(timeout=300, quiet=True)
-runs = read_records(job.output_path.read_text())
-
-def worst_bytes_per_param(ranks):
-    return max((r["param_bytes"] + r["grad_bytes"] + r["optim_bytes"]) / r["n_params"] for r in ranks.values())
-
-widest = {s: largest_width(BUDGET, worst_bytes_per_param(runs[s]), DEPTH) for s in ("ddp", "zero1", "fsdp")}
-''',
+           ((ANSWER,
              '''steps = " && ".join(f"srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --width 256 --depth 4 "
                     f"--steps 3 --strategy {s}" + (" --save ckpt" if s == "fsdp" else "") for s in ("ddp", "zero1", "fsdp"))
 job = submit(wrap=steps, nodes=2, ntasks=2, cpus_per_task=1, mem="2G", time="00:05:00", output="sizes-%j.out")
@@ -2657,13 +1879,7 @@ widest = {s: largest_width(BUDGET, worst_bytes_per_param(runs[s]), DEPTH) for s 
 '''),),
            shows='14.1: 100 parameters split 30/30/40 over 3 ranks'),  # as a student
     Mutant("14", "ex2-solution", "less-than-ddp", "calls a part split when every rank holds less than DDP's, not at most three quarters",
-           (('''def sharded_parts(ranks, ddp):
-    full = ddp[min(ddp)]
-    return {part for part in ("param", "grad", "optim")
-            if all(r[f"{part}_bytes"] <= 0.75 * full[f"{part}_bytes"] for r in ranks.values())}
-
-holds = {s: sharded_parts(ranks, runs["ddp"]) for s, ranks in runs.items()}
-''',
+           ((ANSWER,
              '''def sharded_parts(ranks, ddp):
     parts = set()
     for part in ("param", "grad", "optim"):
@@ -2675,13 +1891,7 @@ holds = {s: sharded_parts(ranks, runs["ddp"]) for s, ranks in runs.items()}
 '''),),
            shows="14.2: 'at most three quarters'"),  # as a student
     Mutant("14", "ex2-solution", "totals", "compares a rank's mean share with DDP's ranks added up",
-           (('''def sharded_parts(ranks, ddp):
-    full = ddp[min(ddp)]
-    return {part for part in ("param", "grad", "optim")
-            if all(r[f"{part}_bytes"] <= 0.75 * full[f"{part}_bytes"] for r in ranks.values())}
-
-holds = {s: sharded_parts(ranks, runs["ddp"]) for s, ranks in runs.items()}
-''',
+           ((ANSWER,
              '''def sharded_parts(ranks, ddp):
     split = set()
     for part in ("param", "grad", "optim"):
@@ -2694,12 +1904,7 @@ holds = {s: sharded_parts(ranks, runs["ddp"]) for s, ranks in runs.items()}
 '''),),
            shows="14.2: compare with what one DDP rank holds, not with DDP's ranks added up"),  # as a student
     Mutant("14", "ex3-solution", "two-per-node", "reads '3 tasks on 2 nodes' as 2 nodes of 2 tasks: loads on 4 ranks",
-           (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",
-             nodes=2, ntasks=3, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
-reshard_job = job.id
-job.wait(timeout=300, quiet=True)
-norms = {rank: r["norm"] for rank, r in read_records(job.output_path.read_text())["load-3"].items()}
-''',
+           ((ANSWER,
              '''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",
              nodes=2, ntasks_per_node=2, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
 reshard_job = job.id
@@ -2708,12 +1913,7 @@ norms = {rank: r["norm"] for loaded in read_records(job.output_path.read_text())
 '''),),
            shows='14.3: load the checkpoint in 3 ranks'),  # as a student
     Mutant("14", "ex3-solution", "three-steps", "loads in three one-task steps: each process loads the whole model alone",
-           (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4",
-             nodes=2, ntasks=3, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
-reshard_job = job.id
-job.wait(timeout=300, quiet=True)
-norms = {rank: r["norm"] for rank, r in read_records(job.output_path.read_text())["load-3"].items()}
-''',
+           ((ANSWER,
              '''job = submit(wrap="for i in 0 1 2; do srun --ntasks=1 python -m hpcnb.scripts.sharded_train --load ckpt --width 256 --depth 4; done",
              nodes=2, ntasks=3, cpus_per_task=1, mem="2G", time="00:05:00", output="reshard-%j.out")
 reshard_job = job.id
@@ -2832,19 +2032,7 @@ norms = {rank: r["norm"] for rank, r in enumerate(next(iter(records.values())).v
 '''),),
            shows='15.1: with 10 tasks or more srun --label pads the labels'),  # as a student
     Mutant("15", "ex2-solution", "deepest", 'names the rank stuck furthest down the script (the highest line)',
-           (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.faulty_ddp --fault mystery --timeout 60",
-             nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="hang-%j.out")
-hang_job = job.id
-wait_for_silence(job, quiet=2, timeout=120)   # the start (torch on 3 ranks) can be slow on a busy machine
-subprocess.run(["scancel", "--signal=USR1", hang_job], check=True)
-until(lambda: dumped_ranks(job.output_path) == {0, 1, 2}, timeout=30, what="the three stack dumps")
-lines = stuck_lines(job.output_path.read_text())
-counts = collections.Counter(lines.values())
-stuck_rank = next(rank for rank, line in lines.items() if counts[line] == 1)
-stuck_line = lines[stuck_rank]
-subprocess.run(["scancel", hang_job], check=True)
-job.wait(timeout=60, quiet=True)
-''',
+           ((ANSWER,
              '''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.faulty_ddp --fault mystery --timeout 60",
              nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="hang-%j.out")
 hang_job = job.id
@@ -2859,19 +2047,7 @@ job.wait(timeout=60, quiet=True)
 '''),),
            shows='waits at the same line as another rank'),  # as a student
     Mutant("15", "ex2-solution", "let-it-time-out", 'takes the dumps, then lets the job wait out its timeout instead of cancelling it',
-           (('''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.faulty_ddp --fault mystery --timeout 60",
-             nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="hang-%j.out")
-hang_job = job.id
-wait_for_silence(job, quiet=2, timeout=120)   # the start (torch on 3 ranks) can be slow on a busy machine
-subprocess.run(["scancel", "--signal=USR1", hang_job], check=True)
-until(lambda: dumped_ranks(job.output_path) == {0, 1, 2}, timeout=30, what="the three stack dumps")
-lines = stuck_lines(job.output_path.read_text())
-counts = collections.Counter(lines.values())
-stuck_rank = next(rank for rank, line in lines.items() if counts[line] == 1)
-stuck_line = lines[stuck_rank]
-subprocess.run(["scancel", hang_job], check=True)
-job.wait(timeout=60, quiet=True)
-''',
+           ((ANSWER,
              '''job = submit(wrap="srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.faulty_ddp --fault mystery --timeout 60",
              nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="hang-%j.out")
 hang_job = job.id
@@ -2885,22 +2061,7 @@ job.wait(timeout=150, quiet=True)   # its --timeout 60 ends it by itself
 '''),),
            shows='15.2: cancel the job once you have its dumps'),  # as a student
     Mutant("15", "ex3-solution", "kill-on-bad-exit", 'keeps --kill-on-bad-exit and reads single-digit ranks and upper-case op names',
-           (('''job = submit(wrap="srun --label python -m hpcnb.scripts.faulty_ddp --fault skip --rank 2",
-             nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="detail-%j.out",
-             export="ALL,TORCH_DISTRIBUTED_DEBUG=DETAIL")
-detail_job = job.id
-job.wait(timeout=120, quiet=True)
-
-def running_ops(text):
-    ops = {}
-    for line in text.splitlines():
-        m = re.search(r"Rank (\\d+) is running collective: CollectiveFingerPrint\\([^)]*?OpType=(\\w+)", line)
-        if m:
-            ops[int(m[1])] = m[2]
-    return ops
-
-ops = running_ops(job.output_path.read_text())
-''',
+           ((ANSWER,
              '''job = submit(wrap="TORCH_DISTRIBUTED_DEBUG=DETAIL srun --label --kill-on-bad-exit=1 python -m hpcnb.scripts.faulty_ddp --fault skip --rank 2",
              nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="detail-%j.out")
 detail_job = job.id
@@ -2913,22 +2074,7 @@ ops = running_ops(job.output_path.read_text())
 '''),),
            shows='15.3: 12 ranks: two-digit ranks'),  # as a student
     Mutant("15", "ex3-solution", "export-only", 'exports TORCH_DISTRIBUTED_DEBUG=DETAIL alone (--export without ALL): the job loses its environment',
-           (('''job = submit(wrap="srun --label python -m hpcnb.scripts.faulty_ddp --fault skip --rank 2",
-             nodes=2, ntasks=3, cpus_per_task=1, time="00:03:00", output="detail-%j.out",
-             export="ALL,TORCH_DISTRIBUTED_DEBUG=DETAIL")
-detail_job = job.id
-job.wait(timeout=120, quiet=True)
-
-def running_ops(text):
-    ops = {}
-    for line in text.splitlines():
-        m = re.search(r"Rank (\\d+) is running collective: CollectiveFingerPrint\\([^)]*?OpType=(\\w+)", line)
-        if m:
-            ops[int(m[1])] = m[2]
-    return ops
-
-ops = running_ops(job.output_path.read_text())
-''',
+           ((ANSWER,
              '''job = submit(wrap="srun --label python -m hpcnb.scripts.faulty_ddp --fault skip --rank 2", nodes=2, ntasks=3,
              cpus_per_task=1, time="00:03:00", output="detail-%j.out", export="TORCH_DISTRIBUTED_DEBUG=DETAIL")
 detail_job = job.id

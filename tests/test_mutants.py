@@ -30,13 +30,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mutants import MUTANTS, NEEDS, SHOW_ONLY, Mutant
+from mutants import ANSWER, MUTANTS, NEEDS, SHOW_ONLY, Mutant
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = {p.stem.split("-")[0]: p for p in sorted((ROOT / "solutions").glob("[0-9][0-9]*-*.ipynb"))}
 KERNEL = "hpcnb"      # the course kernel (make setup installs it)
 CELL_TIMEOUT = 300    # seconds per cell, as make test's nbval (jobs on a busy 2-core machine)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+BEGIN, END = "### BEGIN SOLUTION\n", "### END SOLUTION"  # nbgrader's markers of the answer in a solution cell
 MODE = os.environ.get("HPCNB_MUTANTS", "")
 runs_notebooks = pytest.mark.skipif(MODE not in ("1", "all"), reason="notebook runs: make test-mutants")
 
@@ -94,6 +95,9 @@ def plant(nb, mutant: Mutant):
     [cell] = [c for c in nb.cells if _is_solution(c) and _nbgrader(c)["grade_id"] == mutant.cell]
     source = cell.source
     for old, new in mutant.edits:
+        if old == ANSWER:  # the student's own answer in place of the whole solution
+            begin, end = source.index(BEGIN) + len(BEGIN), source.index(END)
+            old = source[begin:end]
         assert old in source, f"{mutant.id}: {old!r} is no longer in the solution cell {mutant.cell}"
         source = source.replace(old, new)
     assert source != cell.source, f"{mutant.id} changes nothing"
