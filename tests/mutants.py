@@ -54,6 +54,18 @@ SHOW_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
 #: mutant "as a student" is a whole other answer).
 ANSWER = "<the whole answer>"
 
+#: 15.4's function as the solution writes it: what the wrong answers of 15.4 "as a student" replace.
+FIRST_MISMATCH = '''def first_mismatch(dumps):
+    ops = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":", 1)[-1] for e in dump["entries"]}
+           for rank, dump in dumps.items()}   # rank -> {sequence id: op}
+    for seq in sorted(set().union(*ops.values())):
+        here = {rank: seen.get(seq) for rank, seen in ops.items()}   # None: no entry
+        if len(set(here.values())) > 1:
+            op = collections.Counter(o for o in here.values() if o is not None).most_common(1)[0][0]
+            return seq, op, sorted(rank for rank, o in here.items() if o != op)
+    return None
+'''
+
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------- 01 cluster anatomy
     Mutant("01", "ex1-solution", "whole-directive", "keeps the directive's value: '--account=def-<PI>'",
@@ -218,22 +230,14 @@ MUTANTS: list[Mutant] = [
            shows='(50G: 50 * 2**30 bytes)'),
     Mutant("02", "ex2-solution", "memory-only",  # as a student
            'ramdisk whenever the data fit in half the memory, forgetting the 10 GiB cap',
-           (('    if dataset_gib <= 10 and dataset_gib <= job_mem_gib / 2:\n'
-             '        return "ramdisk"\n'
-             '    if dataset_gib <= 100:\n'
-             '        return "node-local"\n'
-             '    return "project"\n',
+           ((ANSWER,
              '    if dataset_gib <= job_mem_gib / 2:\n'
              '        return "ramdisk"\n'
              '    return "node-local" if dataset_gib <= 100 else "project"\n'),),
            shows='over 10 GiB the guide says node-local'),
     Mutant("02", "ex2-solution", "integer-half",  # as a student
            'halves the memory with //: whole GiB only',
-           (('    if dataset_gib <= 10 and dataset_gib <= job_mem_gib / 2:\n'
-             '        return "ramdisk"\n'
-             '    if dataset_gib <= 100:\n'
-             '        return "node-local"\n'
-             '    return "project"\n',
+           ((ANSWER,
              '    half = job_mem_gib // 2\n'
              '    if dataset_gib > 100:\n'
              '        return "project"\n'
@@ -887,14 +891,7 @@ MUTANTS: list[Mutant] = [
            shows='6.1: one task runs the python line once'),
     Mutant("06", "ex2-solution", "oom-by-message",  # as a student
            "catches RuntimeError and looks for 'out of memory' in its text: a host MemoryError escapes",
-           (('    best, batch = None, start\n'
-             '    while batch <= limit:\n'
-             '        try:\n'
-             '            measure(batch)\n'
-             '        except (torch.cuda.OutOfMemoryError, MemoryError):\n'
-             '            break\n'
-             '        best, batch = batch, batch * 2\n'
-             '    return best\n',
+           ((ANSWER,
              '    batch, best = start, None\n'
              '    while batch <= limit:\n'
              '        try:\n'
@@ -909,14 +906,7 @@ MUTANTS: list[Mutant] = [
            shows="6.2: a MemoryError (the host's memory ran out) ends the search too"),
     Mutant("06", "ex2-solution", "runtime-error",  # as a student
            "catches every RuntimeError (CUDA's out-of-memory error is one): a CUDA crash ends the search",
-           (('    best, batch = None, start\n'
-             '    while batch <= limit:\n'
-             '        try:\n'
-             '            measure(batch)\n'
-             '        except (torch.cuda.OutOfMemoryError, MemoryError):\n'
-             '            break\n'
-             '        best, batch = batch, batch * 2\n'
-             '    return best\n',
+           ((ANSWER,
              '    best = None\n'
              '    for k in range(64):\n'
              '        batch = start * 2**k\n'
@@ -931,18 +921,14 @@ MUTANTS: list[Mutant] = [
            shows='6.2: a RuntimeError that is not out of memory (a CUDA error) must propagate'),
     Mutant("06", "ex3-solution", "loop-minus-step",  # as a student
            'takes loading as training loop minus model step, as a share of the loop',
-           (('    seconds = {r["setting"]: r["seconds"] for r in rows}\n'
-             '    load, step = seconds["data loading only"], seconds["model step only"]\n'
-             '    return load / (load + step)\n',
+           ((ANSWER,
              '    loop = next(r["seconds"] for r in rows if r["setting"] == "training loop")\n'
              '    step = next(r["seconds"] for r in rows if r["setting"] == "model step only")\n'
              '    return (loop - step) / loop\n'),),
            shows='6.3: share = loading / (loading + step), not / the training loop'),
     Mutant("06", "ex3-solution", "rounded",  # as a student
            'rounds the share to two decimals',
-           (('    seconds = {r["setting"]: r["seconds"] for r in rows}\n'
-             '    load, step = seconds["data loading only"], seconds["model step only"]\n'
-             '    return load / (load + step)\n',
+           ((ANSWER,
              '    load = [r["seconds"] for r in rows if "loading" in r["setting"]][0]\n'
              '    step = [r["seconds"] for r in rows if "step" in r["setting"]][0]\n'
              '    return round(load / (load + step), 2)\n'),),
@@ -951,8 +937,8 @@ MUTANTS: list[Mutant] = [
     Mutant("07", "ex1-solution", "12-bits", "clears 12 mantissa bits instead of 13",
            (("i & ~0x1FFF", "i & ~0xFFF"),), shows="7.1: keep the sign, the exponent"),
     Mutant("07", "ex1-solution", "rounds", "rounds to nearest (the library's default), not toward zero",
-           (("    i = x.contiguous().view(torch.int32)\n    return (i & ~0x1FFF).view(torch.float32)",
-             "    return precision.to_tf32(x, rounding=\"nearest\")"),), shows="7.1: "),
+           ((ANSWER,
+             "    return precision.to_tf32(x, rounding=\"nearest\")\n"),), shows="7.1: "),
     Mutant("07", "ex1-solution", "int-bits", "returns the masked bits as int32",
            (("(i & ~0x1FFF).view(torch.float32)", "(i & ~0x1FFF)"),), shows="7.1: return float32"),
     Mutant("07", "ex2-solution", "seed-ignored", "always draws the matrices from seed 0",
@@ -974,8 +960,7 @@ MUTANTS: list[Mutant] = [
            (("    torch.set_float32_matmul_precision(level)\n", ""),), shows="7.3: inside the block the level"),
     Mutant("07", "ex1-solution", "struct-loop",  # as a student
            "truncates each number's bits with struct, in a loop over x.tolist(): a 2-D tensor fails",
-           (('    i = x.contiguous().view(torch.int32)\n'
-             '    return (i & ~0x1FFF).view(torch.float32)\n',
+           ((ANSWER,
              '    out = []\n'
              '    for v in x.tolist():\n'
              '        i = struct.unpack(">I", struct.pack(">f", v))[0] & ~0x1FFF\n'
@@ -984,26 +969,20 @@ MUTANTS: list[Mutant] = [
            shows='7.1: a 2-D tensor (here transposed, 4 x 3) must work too'),
     Mutant("07", "ex1-solution", "frexp",  # as a student
            'truncates with float arithmetic (frexp, trunc, ldexp): wrong on subnormal numbers',
-           (('    i = x.contiguous().view(torch.int32)\n'
-             '    return (i & ~0x1FFF).view(torch.float32)\n',
+           ((ANSWER,
              '    mantissa, exponent = torch.frexp(x)\n'
              '    return torch.ldexp(torch.trunc(mantissa * 2048) / 2048, exponent)\n'),),
            shows='7.1: on -0.0, infinities, NaN and subnormal numbers too'),
     Mutant("07", "ex1-solution", "in-place",
            "clears the bits in place on x's own view and returns x",
-           (('    i = x.contiguous().view(torch.int32)\n'
-             '    return (i & ~0x1FFF).view(torch.float32)\n',
+           ((ANSWER,
              '    i = x.view(torch.int32)\n'
              '    i &= ~0x1FFF\n'
              '    return x\n'),),
            shows='7.1: tf32_truncate changed the tensor it was given'),
     Mutant("07", "ex2-solution", "float64-draws",  # as a student
            "draws A and B in float64 and casts them down: other matrices than the task's",
-           (('    g = torch.Generator().manual_seed(seed)\n'
-             '    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)\n'
-             '    c = a @ b if fmt == "fp32" else precision.to_tf32(a) @ precision.to_tf32(b)\n'
-             '    ref = a.double() @ b.double()\n'
-             '    return float((c.double() - ref).norm() / ref.norm())\n',
+           ((ANSWER,
              '    g = torch.Generator().manual_seed(seed)\n'
              '    A = torch.randn(n, n, generator=g, dtype=torch.float64)\n'
              '    B = torch.randn(n, n, generator=g, dtype=torch.float64)\n'
@@ -1016,11 +995,7 @@ MUTANTS: list[Mutant] = [
            shows="7.2: rel_error(48, 'fp32', seed=3) should be"),
     Mutant("07", "ex2-solution", "same-matrix",  # as a student
            'seeds a new generator for each matrix: B is A',
-           (('    g = torch.Generator().manual_seed(seed)\n'
-             '    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)\n'
-             '    c = a @ b if fmt == "fp32" else precision.to_tf32(a) @ precision.to_tf32(b)\n'
-             '    ref = a.double() @ b.double()\n'
-             '    return float((c.double() - ref).norm() / ref.norm())\n',
+           ((ANSWER,
              '    a = torch.randn(n, n, generator=torch.Generator().manual_seed(seed))\n'
              '    b = torch.randn(n, n, generator=torch.Generator().manual_seed(seed))\n'
              '    exact = a.double() @ b.double()\n'
@@ -1029,12 +1004,7 @@ MUTANTS: list[Mutant] = [
            shows="7.2: rel_error(48, 'fp32', seed=3) should be"),
     Mutant("07", "ex3-solution", "swallows",  # as a student
            "catches the block's exception to print it: the error vanishes",
-           (('    saved = torch.get_float32_matmul_precision()\n'
-             '    torch.set_float32_matmul_precision(level)\n'
-             '    try:\n'
-             '        yield\n'
-             '    finally:\n'
-             '        torch.set_float32_matmul_precision(saved)\n',
+           ((ANSWER,
              '    old = torch.get_float32_matmul_precision()\n'
              '    torch.set_float32_matmul_precision(level)\n'
              '    try:\n'
@@ -1046,12 +1016,7 @@ MUTANTS: list[Mutant] = [
            shows="7.3: the block's exception vanished"),
     Mutant("07", "ex3-solution", "saved-on-function",  # as a student
            'keeps the saved level on the function itself: nested blocks overwrite it',
-           (('    saved = torch.get_float32_matmul_precision()\n'
-             '    torch.set_float32_matmul_precision(level)\n'
-             '    try:\n'
-             '        yield\n'
-             '    finally:\n'
-             '        torch.set_float32_matmul_precision(saved)\n',
+           ((ANSWER,
              '    matmul_precision.saved = torch.get_float32_matmul_precision()\n'
              '    torch.set_float32_matmul_precision(level)\n'
              '    try:\n'
@@ -1585,13 +1550,7 @@ MUTANTS: list[Mutant] = [
     Mutant("12", "ex3-solution", "ten-per-run", "10 steps per run: four runs train 40, not 60",
            (("--steps-per-run 20", "--steps-per-run 10"),), shows="12.3: the chain never finished the training"),
     Mutant("12", "ex1-solution", "kernel-memory", 'keeps the model in the kernel between calls and saves it in the folder it is given',
-           (('''    model, opt = make_model()
-    ck = Checkpointer(ckpt_dir)
-    start = ck.restore(model, opt)
-    train(model, opt, range(start, until))
-    ck.save(max(start, until), model, opt)
-    return start
-''',
+           ((ANSWER,
              '''    global _model, _opt, _step   # keep the training in memory between calls
     if "_model" not in globals():
         _model, _opt = make_model()
@@ -1604,13 +1563,7 @@ MUTANTS: list[Mutant] = [
 '''),),
            shows='12.1: ex1-other has no checkpoint yet'),  # as a student
     Mutant("12", "ex1-solution", "weights-by-name", "restores the weights by hand from the newest file's name, not the optimizer's momentum",
-           (('''    model, opt = make_model()
-    ck = Checkpointer(ckpt_dir)
-    start = ck.restore(model, opt)
-    train(model, opt, range(start, until))
-    ck.save(max(start, until), model, opt)
-    return start
-''',
+           ((ANSWER,
              '''    from hpcnb.lessons.checkpoint import load_checkpoint
     model, opt = make_model()
     last = latest_checkpoint(ckpt_dir)
@@ -1734,14 +1687,7 @@ chain_job = reply.stdout.strip().split(";")[0]
            (("others = [rec for rank, rec in ranks.items() if rank != 1]", "others = [ranks[0]]"),),
            shows="13.3: both healthy ranks (0 and 2), not rank 0 alone"),
     Mutant("13", "ex1-solution", "mean-stdev", 'scores the ranks with the mean and the standard deviation',
-           (('''    m = statistics.median(times.values())
-    mad = statistics.median(abs(t - m) for t in times.values())
-    def score(t):
-        if mad > 0:
-            return 0.6745 * (t - m) / mad
-        return math.inf if t > m else 0.0
-    return sorted(r for r, t in times.items() if t >= ratio * m and score(t) >= z)
-''',
+           ((ANSWER,
              '''    mean = statistics.mean(times.values())
     spread = statistics.pstdev(times.values())
     return sorted(r for r, t in times.items()
@@ -1749,14 +1695,7 @@ chain_job = reply.stdout.strip().split(";")[0]
 '''),),
            shows='13.1: ranks 3 and 12, sorted'),  # as a student
     Mutant("13", "ex1-solution", "middle-one", 'takes the middle element of the sorted times as the median',
-           (('''    m = statistics.median(times.values())
-    mad = statistics.median(abs(t - m) for t in times.values())
-    def score(t):
-        if mad > 0:
-            return 0.6745 * (t - m) / mad
-        return math.inf if t > m else 0.0
-    return sorted(r for r, t in times.items() if t >= ratio * m and score(t) >= z)
-''',
+           ((ANSWER,
              '''    values = sorted(times.values())
     m = values[len(values) // 2]                          # the middle one
     mad = sorted(abs(t - m) for t in values)[len(values) // 2]
@@ -1956,27 +1895,7 @@ norms = {rank: r["norm"] for rank, r in enumerate(next(iter(records.values())).v
            ((',\n             export="ALL,TORCH_DISTRIBUTED_DEBUG=DETAIL")', ")"),),
            shows="was TORCH_DISTRIBUTED_DEBUG=DETAIL in its environment?"),
     Mutant("15", "ex1-solution", "one-block", "follows one dump at a time, whatever rank writes, and takes any path that ends with the script's name",
-           (('''    found, reading = {}, {}   # rank -> its last dump's line; rank -> the line of the dump being read (0: none yet)
-    for raw in text.splitlines():
-        m = re.match(r"\\s*(\\d+): ?(.*)$", raw)
-        if not m:
-            continue
-        rank, line = int(m[1]), m[2]
-        frame = re.match(r'\\s+File "(.+)", line (\\d+) in ', line)
-        if re.match(r"(Current thread|Thread) 0x[0-9a-f]+ \\(most recent call first\\):", line):
-            reading.setdefault(rank, 0)
-        elif frame and rank in reading:
-            if reading[rank] == 0 and Path(frame[1]).name == script:
-                reading[rank] = int(frame[2])
-        elif line.strip() and rank in reading:
-            if reading[rank]:
-                found[rank] = reading[rank]
-            del reading[rank]
-    for rank, line in reading.items():
-        if line:
-            found[rank] = line
-    return found
-''',
+           ((ANSWER,
              '''    found, rank, in_dump, seen = {}, None, False, False
     for line in text.splitlines():
         m = re.match(r"(\\d+): (.*)", line)
@@ -1994,27 +1913,7 @@ norms = {rank: r["norm"] for rank, r in enumerate(next(iter(records.values())).v
 '''),),
            shows="15.1: compare the file's whole name"),  # as a student
     Mutant("15", "ex1-solution", "split-by-rank", "reads each rank's lines with an unpadded label and keeps the first script frame of each dump",
-           (('''    found, reading = {}, {}   # rank -> its last dump's line; rank -> the line of the dump being read (0: none yet)
-    for raw in text.splitlines():
-        m = re.match(r"\\s*(\\d+): ?(.*)$", raw)
-        if not m:
-            continue
-        rank, line = int(m[1]), m[2]
-        frame = re.match(r'\\s+File "(.+)", line (\\d+) in ', line)
-        if re.match(r"(Current thread|Thread) 0x[0-9a-f]+ \\(most recent call first\\):", line):
-            reading.setdefault(rank, 0)
-        elif frame and rank in reading:
-            if reading[rank] == 0 and Path(frame[1]).name == script:
-                reading[rank] = int(frame[2])
-        elif line.strip() and rank in reading:
-            if reading[rank]:
-                found[rank] = reading[rank]
-            del reading[rank]
-    for rank, line in reading.items():
-        if line:
-            found[rank] = line
-    return found
-''',
+           ((ANSWER,
              '''    by_rank = collections.defaultdict(list)
     for line in text.splitlines():
         if re.match(r"^\\d+: ", line):
@@ -2115,16 +2014,7 @@ ops = running_ops(job.output_path.read_text())
            (("collections.Counter(o for o in here.values() if o is not None)", "collections.Counter(here.values())"),),
            shows="15.4: three ranks never got there: the op is the one most ranks *with an entry* recorded"),
     Mutant("15", "ex4-solution", "by-state", "trusts the entries' state: the first one not completed",  # as a student
-           (('''def first_mismatch(dumps):
-    ops = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":", 1)[-1] for e in dump["entries"]}
-           for rank, dump in dumps.items()}   # rank -> {sequence id: op}
-    for seq in sorted(set().union(*ops.values())):
-        here = {rank: seen.get(seq) for rank, seen in ops.items()}   # None: no entry
-        if len(set(here.values())) > 1:
-            op = collections.Counter(o for o in here.values() if o is not None).most_common(1)[0][0]
-            return seq, op, sorted(rank for rank, o in here.items() if o != op)
-    return None
-''',
+           ((FIRST_MISMATCH,
              '''def first_mismatch(dumps):
     for rank in sorted(dumps):
         for entry in dumps[rank]["entries"]:
@@ -2134,16 +2024,7 @@ ops = running_ops(job.output_path.read_text())
 '''),),
            shows="15.4: the ranks' records first differ at sequence id 4"),  # as a student
     Mutant("15", "ex4-solution", "last-entries", "compares each rank's last entry only",  # as a student
-           (('''def first_mismatch(dumps):
-    ops = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":", 1)[-1] for e in dump["entries"]}
-           for rank, dump in dumps.items()}   # rank -> {sequence id: op}
-    for seq in sorted(set().union(*ops.values())):
-        here = {rank: seen.get(seq) for rank, seen in ops.items()}   # None: no entry
-        if len(set(here.values())) > 1:
-            op = collections.Counter(o for o in here.values() if o is not None).most_common(1)[0][0]
-            return seq, op, sorted(rank for rank, o in here.items() if o != op)
-    return None
-''',
+           ((FIRST_MISMATCH,
              '''def first_mismatch(dumps):
     last = {}
     for rank, dump in dumps.items():

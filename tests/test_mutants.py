@@ -96,7 +96,8 @@ def plant(nb, mutant: Mutant):
     source = cell.source
     for old, new in mutant.edits:
         if old == ANSWER:  # the student's own answer in place of the whole solution
-            begin, end = source.index(BEGIN) + len(BEGIN), source.index(END)
+            begin = source.index(BEGIN) + len(BEGIN)
+            end = source.rindex("\n", 0, source.index(END)) + 1  # the end marker's line keeps its indent
             old = source[begin:end]
         assert old in source, f"{mutant.id}: {old!r} is no longer in the solution cell {mutant.cell}"
         source = source.replace(old, new)
