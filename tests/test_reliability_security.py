@@ -122,9 +122,11 @@ def test_job_name_and_user_strings_never_reach_a_shell(slurm: Slurm, tmp_path: P
     canary = Path(f"/tmp/pwned-{uuid.uuid4().hex}")
     evil = f"$(touch {canary})"
     try:
-        job = slurm.submit("-J", evil, "--comment", evil, "--account", "`touch " + str(canary) + "`",
-                           f"--export=ALL,EVIL={evil}", "-o", f"{tmp_path}/%j.out", "--wrap",
-                           'printf "%s|%s" "$SLURM_JOB_NAME" "$EVIL"', cwd=tmp_path)
+        # an account Slurm does not know is refused (the local profile enforces its accounts), unread by a shell
+        refused = slurm.run("sbatch", "--account", "`touch " + str(canary) + "`", "--wrap", "true", cwd=tmp_path)
+        assert refused.returncode == 1 and "Invalid account" in refused.stderr, refused.stderr
+        job = slurm.submit("-J", evil, "--comment", evil, f"--export=ALL,EVIL={evil}", "-o", f"{tmp_path}/%j.out",
+                           "--wrap", 'printf "%s|%s" "$SLURM_JOB_NAME" "$EVIL"', cwd=tmp_path)
         assert slurm.wait_final([job]) == {job: "COMPLETED"}
         for command in (["squeue", "-t", "all", "-j", str(job), "-o", "%j %k %a"],
                         ["sacct", "-j", str(job), "-o", "JobName%60,Account%60"],
