@@ -121,3 +121,15 @@ def test_every_lesson_that_submits_a_job_is_in_the_table() -> None:
     rows = {line.split("|")[1].strip() for line in budget_table().splitlines()[2:] if line.startswith("|")}
     assert {"1", "3", "4", "8", "12", "15"} <= lessons and lessons | {"**all**"} == rows
     assert len(jobs) > 2 * len(jobscript_cells())   # not only the %%jobscript cells: sbatch, salloc, submit()...
+
+
+def test_every_job_the_lessons_submit_gives_a_time_limit() -> None:
+    """The course teaches "always give a time limit": at Alps, where ``normal`` has no default time,
+    no job of the lessons gets the partition's maximum, but lesson 3's ``broken.sh`` (sbatch refuses
+    it: its ``--time`` after a command is what that cell lints) and lesson 12's ``long.sh`` (its limit
+    is computed to fit the machine: the point of its cell)."""
+    profile = load_profile("cscs-alps")
+    at_most = [(r.lesson, r.script) for r in requests("cscs-alps")
+               if r.seconds == parse_time(partition_for(profile, r.gpus_per_node > 0).max_time)]
+    assert sorted(at_most) == [("03", "broken.sh"), ("12", "long.sh")], \
+        f"jobs with no time limit of their own, given the partition's maximum at cscs-alps: {at_most}"
