@@ -292,7 +292,7 @@ ACCEPTED = [
     ("kill-on-invalid-dep-upper", ["--kill-on-invalid-dep=YES"], {}),
     ("gres-negative-is-one", ["--gres=gpu:-1"], {"%b": "gres:gpu:1"}),
     ("mem-zero-is-whole-node", ["--mem=0"], {}),
-    ("account-unknown", ["--account=nope"], {}),
+    ("account-the-users-other", ["--account=Research"], {"%a": "research"}),  # (an unknown one: test_local_accounts)
     ("nice-word", ["--nice=abc"], {}),
 ]
 
