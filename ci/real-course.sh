@@ -16,7 +16,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=ci/course-install.sh
 source "$HERE/ci/course-install.sh"
 COURSE_USER=${COURSE_USER:-hpcnb-student}
-CELL_LIMIT=${CELL_LIMIT:-600}  # a requeued job waits 120 s on a real Slurm (lesson 12)
+CELL_LIMIT=${CELL_LIMIT:-600}  # a requeued job waits 121 s on a real Slurm by default (lesson 12)
 RUN_LIMIT=${RUN_LIMIT:-1500}
 
 log() { course_log "$*"; }

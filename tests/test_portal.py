@@ -75,7 +75,8 @@ PORT = {"local": 14100, "real": 14110}[VARIANT]
 HUB_UP_S = 120
 SPAWN_S = 240     # the hub gives up after start_timeout (180 s) + http_timeout
 KERNEL_S = 180    # the lesson's kernel started and connected (the server waits 60 s for a kernel's first reply)
-LESSON_S = 660    # lesson 1 takes about 10 s on the local Slurm, 2 min on the real one (a requeue holds 120 s);
+LESSON_S = 660    # lesson 1 takes about 10 s on the local Slurm, 1-2 min on the real one (a requeue holds
+#                   cred_expire + 1 s: 31 s in CI, 121 s by Slurm's default);
 #                   lesson 8's section on the notebook's node adds two one-process trainings
 STOP_S = 60
 

@@ -280,7 +280,7 @@ def preempt(job_id: str | int) -> None:
     """Lesson 12: preempt a running job, as the scheduler does for a more urgent one. The local
     Slurm does what ``PreemptMode=REQUEUE`` does (``hpcnb slurm preempt``: SIGTERM, then requeue).
     On a real cluster only the scheduler preempts; the nearest thing a job's owner can do is
-    ``scontrol requeue``: the job ends the same way and is queued again (held 120 s there).
+    ``scontrol requeue``: the job ends the same way and is queued again (held there until its credential expires: 121 s by default).
     Raises RuntimeError with Slurm's answer if the job could not be preempted."""
     from hpcnb.backend import which_slurm
 

@@ -67,9 +67,9 @@ INTENTIONAL = {
     "warns): both deliver it to the batch shell before the time limit.",
     "scheduling_speed": "The local Slurm starts jobs at once; the real one within a second or so (timings and "
     "transient PENDING states are not compared).",
-    "requeue_delay": "After scontrol requeue a real slurmctld holds the job for about two minutes "
-    "(EligibleTime = now + 121 s, reason BeginTime: the old job credential must expire); the local Slurm "
-    "for one second.",
+    "requeue_delay": "After scontrol requeue a real slurmctld holds the job until the old job credential "
+    "has expired (EligibleTime = now + cred_expire + 1 s, 121 s by default, reason BeginTime); the local "
+    "Slurm for one second.",
     "backfill_year": "A job with no time limit that the real backfill scheduler starts (as it does a requeued "
     "job once its hold ends) shows TimeLimit=365-00:00:00; the local Slurm has a single scheduler and keeps "
     "UNLIMITED.",
