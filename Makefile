@@ -118,10 +118,13 @@ define nbval-lessons
 	 $(call pytest-cmd,$(NBVAL) notebooks,notebooks)
 endef
 
-test: setup
+test: test-unit
+	$(nbval-lessons)
+
+# make test-unit: make test's first half, the unit tests alone (CI runs the lessons in another lane)
+test-unit: setup
 	$(container-image)
 	$(call pytest,-n $(TEST_WORKERS) --dist loadscope --durations=15 --ignore=tests/parity tests,tests)
-	$(nbval-lessons)
 
 # make test-gpu: on a machine with a CUDA GPU (the site's GPU node, before a workshop), the course's GPU
 # paths in <= 6 min: CUDA-only tests, every job script with --gres=gpu:1, lessons 6 and 7; writes
