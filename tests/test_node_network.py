@@ -195,6 +195,31 @@ def test_the_login_node_reaches_a_jobs_server_by_its_nodes_name(own_network, wor
         run(["scancel", job], env=own_network)
 
 
+def test_tasks_start_while_the_login_names_are_rewritten(own_network, workdir: Path) -> None:
+    """A task's mount of the nodes' hosts file over the login side's is not undone by the gateway
+    rewriting that file (a rename, as when it withholds a name): mount(2) then fails ENOENT on the
+    file just replaced, and the task did not start ("cannot start the task on node1: mount ...")."""
+    import threading
+
+    state = Path(own_network["HPCNB_STATE_DIR"])
+    sbatch(workdir, own_network, "true\n")  # the fabric is up
+    hosts, text, stop = state / "hosts", (state / network.HOSTS).read_text(), threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            network.paths.write_private(hosts, text)
+
+    rewriter = threading.Thread(target=rewrite)
+    rewriter.start()
+    try:
+        out = sbatch(workdir, own_network, "for i in $(seq 20); do srun -N2 -n2 -l hostname || exit 1; done\n",
+                     "-N2", "-n2")
+    finally:
+        stop.set()
+        rewriter.join()
+    assert out.count("node1") == out.count("node2") == 20, out
+
+
 def test_shared_network_on_request(tmp_path_factory: pytest.TempPathFactory, workdir: Path) -> None:
     """With ``HPCNB_NODE_NETWORK=shared`` (read by the controller) the nodes share this machine's network."""
     env = {**os.environ, network.SETTING: "shared"}

@@ -9,6 +9,7 @@ two of them start the real JupyterLab from :func:`jupyter_script` (about 5 s eac
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -542,14 +543,18 @@ def _job(script: str, home: Path, job_id: str) -> Iterator[tuple[subprocess.Pope
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group of ``proc`` (started with a session of its own), SIGKILL after 30 s."""
-    if proc.poll() is None:
+    """SIGTERM to the process group of ``proc`` (started with a session of its own), as scancel signals
+    a job's processes, then wait until all of them have ended, as a job ends; SIGKILL after 30 s.
+    (The script's shell dies at once; JupyterLab removes its server file on its way out.)"""
+    deadline = time.monotonic() + 30
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        while time.monotonic() < deadline:
+            proc.poll()  # reaps the shell: a zombie would keep the group alive
+            os.killpg(proc.pid, 0)
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _state(proc: subprocess.Popen[bytes]) -> str:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import network, paths
 from .namespaces import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWUTS, MS_BIND, MS_REC,
-                         MS_SLAVE, bind, check, cover, lock, map_self, open_dir)
+                         MS_SLAVE, bind, bind_file, check, cover, lock, map_self, open_dir)
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -95,8 +95,7 @@ def enter(view: NodeView) -> None:
         bind(libc, fd, path, MS_BIND | MS_REC)
     if view.net is not None:  # the node names at the nodes' own addresses
         for hosts in ("/etc/hosts", view.net.nss_hosts):
-            if os.path.isfile(hosts):
-                check(libc.mount(view.net.hosts.encode(), hosts.encode(), None, MS_BIND, None), f"mount {hosts}")
+            bind_file(libc, view.net.hosts, hosts)
     lock(libc)
     if view.net is not None and view.net.user:
         network.keep_capabilities(libc, (*network.KEPT_CAPS, CAP_SYS_CHROOT))

@@ -41,6 +41,21 @@ def bind(libc: Any, fd: int, target: str, flags: int) -> None:
     os.close(fd)
 
 
+def bind_file(libc: Any, source: str, target: str, tries: int = 100) -> None:
+    """Bind the file ``source`` on ``target``, if ``target`` exists. A file renamed over ``target``
+    meanwhile (the gateway rewrites the login side's hosts file whole) makes mount(2) fail with
+    ENOENT, the old file being gone: look again."""
+    import ctypes
+    import errno
+
+    for _ in range(tries):
+        if not os.path.isfile(target) or libc.mount(source.encode(), target.encode(), None, MS_BIND, None) == 0:
+            return
+        if ctypes.get_errno() != errno.ENOENT:
+            break
+    check(-1, f"mount {target}")
+
+
 def cover(libc: Any, folder: str, shown: Iterable[str] = ()) -> None:
     """Cover ``folder`` with an empty private tmpfs, then show again those of ``shown`` below it that exist."""
     held = [(path, open_dir(path)) for path in shown if os.path.isdir(path) and below(path, folder)]
