@@ -3,7 +3,7 @@
 #   make lab    set everything up, open the course in JupyterLab (local Slurm; PORT=8888, ROLE=instructor)
 #   make test   set everything up, run every test
 #
-# Other targets: setup, lab-instructor (nbgrader's menus kept), test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
+# Other targets: setup, lab-instructor (nbgrader's menus kept), test-unit, test-lessons, test-lessons-site (PROFILE=narval), test-mutants, test-parity and test-real-course (after real-slurm-up),
 #                real-slurm-up, real-slurm-down, test-parity-2411 (after real-slurm-2411-up),
 #                real-slurm-2411-up, real-slurm-2411-down, portal and test-portal (as root;
 #                docs/portal.md), test-gpu (on a GPU node: test-artifacts/gpu-report.md),
@@ -28,7 +28,7 @@ PIP_EXTRA := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 SETUP_INPUTS := pyproject.toml ci/build-horovod.sh
 SETUP_KEY = $(shell cat $(SETUP_INPUTS) 2>/dev/null | sha256sum | cut -c1-32)-cli$(if $(wildcard hpcnb/cli.py),1,0)
 
-.PHONY: help setup lab lab-instructor test test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu test-gpu-rehearsal \
+.PHONY: help setup lab lab-instructor test test-unit test-lessons test-lessons-site test-mutants test-parity test-parity-2411 test-real-course portal test-portal test-gpu test-gpu-rehearsal \
 	real-slurm-up real-slurm-down real-slurm-2411-up real-slurm-2411-down clean
 
 help:
