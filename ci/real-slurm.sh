@@ -21,7 +21,7 @@
 # or of the chroot).
 #
 #   version  where                       slurmctld  slurmdbd  slurmd        commands
-#   22.05    the host (Debian 12)        6817       6819      17001-17002   /usr/bin
+#   22.05    the host (Debian 12)        6817       6819      6821-6822     /usr/bin
 #   24.11    chroot $HPCNB_SLURM_2411_ROOT 7817     7819      7821-7822     /run/hpcnb-real-slurm-24.11/bin
 #            (default /var/cache/hpcnb/slurm-24.11)
 #
@@ -95,7 +95,7 @@ select_version() {
       ROOTFS=''                      # the host itself
       IN=()                          # how to run a command where the daemons run
       PACKAGES=(munge slurmctld slurmd slurm-client slurmdbd mariadb-server)
-      CTLD_PORT=6817 DBD_PORT=6819 NODE_PORTS='[17001-17002]'
+      CTLD_PORT=6817 DBD_PORT=6819 NODE_PORTS='[6821-6822]'
       FIRST_JOB_ID=14751             # see FirstJobId in real-slurm/slurm.conf
       GPU_DEVS=(/dev/hpcnb-gpu0 /dev/hpcnb-gpu1) GPU_GLOB='/dev/hpcnb-gpu[0-1]'
       BIN_DIR=/usr/bin

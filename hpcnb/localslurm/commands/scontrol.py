@@ -155,7 +155,6 @@ def show_node(name: str, cluster, conn) -> str:
     state, used_cpus, used_mem = node_states(cluster, conn)[name]
     used_gpus = _used_gpus(conn, name)
     parts = ",".join(p.name for p in cluster.partitions.values() if name in p.nodes)
-    index = list(cluster.nodes).index(name)
     alloc_tres = ""
     if used_cpus or used_mem:
         alloc_tres = f"cpu={used_cpus},mem={format_size(used_mem, 'M')}" + (f",gres/gpu={used_gpus}" if used_gpus else "")
@@ -174,7 +173,7 @@ def show_node(name: str, cluster, conn) -> str:
         f"   AvailableFeatures={','.join(node.features) or '(null)'}",
         f"   ActiveFeatures={','.join(node.features) or '(null)'}",
         f"   Gres={node.gres}",
-        f"   NodeAddr={apart.node_addresses(list(cluster.nodes))[name]} NodeHostName=localhost Port={17001 + index} Version={cluster.release}",
+        f"   NodeAddr={apart.node_addresses(list(cluster.nodes))[name]} NodeHostName=localhost Port={SLURMD_PORT} Version={cluster.release}",
         f"   OS={uname.sysname} {uname.release} {uname.version} ",
         f"   RealMemory={node.memory_mb} AllocMem={used_mem} FreeMem={_free_mb()} Sockets=1 Boards=1",
         f"   State={_NODE_STATE[state]} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
@@ -190,6 +189,7 @@ def show_node(name: str, cluster, conn) -> str:
 
 
 _NODE_STATE = {"idle": "IDLE", "mix": "MIXED", "alloc": "ALLOCATED"}
+SLURMD_PORT = 6818  # Slurm's default SlurmdPort, every node's
 
 
 def _used_gpus(conn, name: str) -> int:
