@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcnb.slurm.show import parse_config
+
 from .harness import Norm, Side, compare, intentional, on_both, settled_text
 
 
@@ -116,8 +118,8 @@ def start_requeue(side: Side) -> LongJobs:
 
 def credential_lifetime(side: Side, wd: Path) -> int:
     """AuthInfo's cred_expire as `scontrol show config` gives it (120 s where it is not set)."""
-    config = side.ok(["scontrol", "show", "config"], wd).stdout
-    found = re.search(r"^AuthInfo\s*=.*\bcred_expire=(\d+)", config, re.MULTILINE)
+    auth = parse_config(side.ok(["scontrol", "show", "config"], wd).stdout).get("AuthInfo", "")
+    found = re.search(r"\bcred_expire=(\d+)", auth)
     return int(found.group(1)) if found else 120
 
 
