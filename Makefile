@@ -121,7 +121,7 @@ endef
 test: test-unit
 	$(nbval-lessons)
 
-# make test-unit: make test's first half, the unit tests alone (CI runs the lessons in another lane).
+# make test-unit: make test's first half, the unit tests alone.
 # First, alone, the tests in which another user listens on every address of the machine (every
 # gateway withholds its names meanwhile: tests/test_gateway_users.py).
 test-unit: setup
