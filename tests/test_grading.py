@@ -2,10 +2,11 @@
 
 The mechanism tests use a tiny assignment in tests/fixtures/grading/ (a function, a value and a
 Slurm job); the slow tests also grade every notebook in solutions/: the solution scores full
-marks and the untouched exercise 0. With ``HPCNB_MUTANTS=all`` (``make test-mutants MUTANTS=all``)
+marks (that each exercise as a student gets it fails every graded test, saying it is unanswered,
+is tests/test_mutants.py's ``test_unanswered_says_so``; that a failed test cell scores 0 is shown
+here on the fixture). With ``HPCNB_MUTANTS=all`` (``make test-mutants MUTANTS=all``)
 each notebook is graded once more per exercise, with that exercise's answer made wrong (every
-name None): it loses that exercise's points. ``make test`` leaves those runs out, three of every
-five notebook runs: that each exercise's test fails on a wrong answer is shown, with plausible
+name None): it loses that exercise's points. ``make test`` leaves those runs out: that each exercise's test fails on a wrong answer is shown, with plausible
 wrong answers, by tests/test_mutants.py (``make test-mutants``, in CI).
 """
 from __future__ import annotations
@@ -373,8 +374,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 class _AutogradeShare:
-    """The slowest tests of the suite (every solution notebook run 2 + exercises times), in one class
-    per share so that ``--dist loadscope`` (make test) grades the shares side by side."""
+    """The slowest tests of the suite (each solution notebook run once, 1 + exercises times with
+    WRONG_ANSWERS), in one class per share so that ``--dist loadscope`` (make test) grades the
+    shares side by side."""
 
     pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
     share = 0
@@ -396,19 +398,12 @@ class TestAutogradeShare3(_AutogradeShare):
 
 
 def autograde_real_solution(stem: str, tmp_path: Path) -> None:
-    """Solution: full marks; untouched exercise: 0; with WRONG_ANSWERS, a wrong answer in one
-    exercise: its points lost."""
+    """Solution: full marks; with WRONG_ANSWERS, a wrong answer in one exercise: its points lost."""
     solution = nbformat.read(REAL[stem], as_version=4)
-    exercises, only = tmp_path / "exercises", tmp_path / "solutions"
-    only.mkdir()
-    shutil.copy(REAL[stem], only)
-    generate(only, exercises, quiet=True)
     subs = tmp_path / "subs"
     name = f"{stem}.ipynb"
     (subs / "solution").mkdir(parents=True)
     shutil.copy(REAL[stem], subs / "solution" / name)
-    (subs / "untouched").mkdir()
-    shutil.copy(exercises / name, subs / "untouched" / name)
     answers = answer_tests(solution)
     assert answers, f"{name} has no auto-graded answer followed by a test cell"
     if not WRONG_ANSWERS:
@@ -425,11 +420,6 @@ def autograde_real_solution(stem: str, tmp_path: Path) -> None:
               + (f" {g.message}" if g.message else "") for s, g in by.items()}
     print(f"\n{stem}: " + "\n  ".join(f"{s}: {r}" for s, r in report.items()))
     assert by["solution"].status == "graded" and by["solution"].score == full == by["solution"].max_score, report
-    untouched = by["untouched"]
-    assert untouched.status == "graded", report
-    auto = {c.name: c for c in untouched.cells.values()
-            if c.name in {meta(x)["grade_id"] for x in solution.cells if is_test(x)}}
-    assert auto and all(c.score == 0 for c in auto.values()), report
     for index, tests in answers.items():
         student = f"wrong-{meta(solution.cells[index])['grade_id']}"
         g = by[student]
