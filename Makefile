@@ -162,7 +162,7 @@ test-lessons-site: setup
 	 cp tests/nbval_sanitize.cfg "$$copy/tests/" && rm -rf "$$copy/notebooks/work" && cd "$$copy" && \
 	 echo "== pytest $(LESSONS) at $(PROFILE) (a copy in $$copy)" && start=$$SECONDS && rc=0 && \
 	 { HPCNB_SLURM=local timeout -k 30 $(RUN_LIMIT) $(abspath $(VENV))/bin/python -m pytest $(NBVAL) $(LESSONS) || rc=$$?; } && \
-	 echo "== pytest notebooks at $(PROFILE) done in $$((SECONDS - start)) s (exit $$rc)" && exit $$rc
+	 echo "== pytest $(LESSONS) at $(PROFILE) done in $$((SECONDS - start)) s (exit $$rc)" && exit $$rc
 test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 
 # make test-mutants: every exercise's graded test fails on a planted wrong answer (tests/mutants.py),

@@ -6,8 +6,9 @@ marks (that each exercise as a student gets it fails every graded test, saying i
 is tests/test_mutants.py's ``test_unanswered_says_so``; that a failed test cell scores 0 is shown
 here on the fixture). With ``HPCNB_MUTANTS=all`` (``make test-mutants MUTANTS=all``)
 each notebook is graded once more per exercise, with that exercise's answer made wrong (every
-name None): it loses that exercise's points. ``make test`` leaves those runs out: that each exercise's test fails on a wrong answer is shown, with plausible
-wrong answers, by tests/test_mutants.py (``make test-mutants``, in CI).
+name None): it loses that exercise's points. ``make test`` leaves those runs out: that each
+exercise's test fails on a wrong answer is shown, with plausible wrong answers, by
+tests/test_mutants.py (``make test-mutants``, in CI).
 """
 from __future__ import annotations
 
