@@ -553,12 +553,13 @@ class Job:
                 return Efficiency.from_sacct(text)
             time.sleep(max(0.2, poller.pacing().gap))
 
-    def wait_accounted(self, timeout: float = 60.0) -> str:
+    def wait_accounted(self, timeout: float = 60.0, steps: int = 0) -> str:
         """Block until sacct has the finished job's end, and return its state. A real slurmdbd may
         lag seconds behind the queue: just after the end it can still say PENDING (a salloc job
         then even named ``allocation``), show one row for a whole array, or one node of two. So
-        the rows must also match what ``scontrol`` still knows of the job (ids and nodes).
-        Raises TimeoutError, with the states seen, after ``timeout``."""
+        the rows must also match what ``scontrol`` still knows of the job (ids and nodes); with
+        ``steps``, sacct must also show that many numbered steps (it may record them after the
+        job's end). Raises TimeoutError, with the states seen, after ``timeout``."""
         deadline, seen, expected = time.monotonic() + timeout, "nothing", None
         while True:
             res = _slurm(["sacct", "-X", "-n", "-P", "-j", self.id, "-o", "JobID,State,NodeList"])
@@ -569,6 +570,7 @@ class Job:
                 expected = self._records_known_to_scontrol() if expected is None else expected
                 missing = _missing_rows(expected, {task: nodes for job_id, _, nodes in rows
                                                    for task in _expand_ids(job_id)})
+                missing = missing or self._steps_missing(steps)
                 if not missing:
                     return states[0] if len(set(states)) == 1 else ",".join(states)
                 seen = f"{', '.join(states)}; not yet: {', '.join(missing)}"
@@ -577,6 +579,15 @@ class Job:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sacct has no end for job {self.id} after {timeout:g} s (it says: {seen})")
             time.sleep(max(0.2, poller.pacing().gap))  # a real slurmdbd: no faster than the poller
+
+    def _steps_missing(self, steps: int) -> list[str]:
+        """[] once sacct shows ``steps`` numbered steps (``ID.0``, ``ID.1`` ...), else what it lacks."""
+        if not steps:
+            return []
+        res = _slurm(["sacct", "-n", "-P", "-j", self.id, "-o", "JobID"])
+        step = re.compile(rf"{re.escape(self.id)}\.\d+")
+        shown = sum(bool(step.fullmatch(line.strip())) for line in res.stdout.splitlines()) if res.returncode == 0 else 0
+        return [] if shown >= steps else [f"{steps - shown} of {steps} steps"]
 
     def _records_known_to_scontrol(self) -> dict[str, str]:
         """sacct's JobID -> NodeList ("" if none) of each record ``scontrol`` still shows for the

@@ -284,6 +284,29 @@ def test_wait_accounted_waits_for_every_array_task_and_node(monkeypatch: pytest.
     assert calls == ["sacct", "scontrol", "sacct", "sacct"]
 
 
+def test_wait_accounted_waits_for_the_steps_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real slurmdbd under load had a job's end but none of its steps yet (22.05, exercise 4.2 in
+    CI): with ``steps`` the wait goes on until sacct shows that many, else says what it lacks."""
+    import hpcnb.jobs as jobs
+
+    replies = {"sacct -X": iter(["5|FAILED|node1\n"] * 3),
+               "sacct": iter(["5\n5.batch\n", "5\n5.batch\n5.0\n5.1\n"])}
+
+    def fake_slurm(args: list[str], **_: object) -> subprocess.CompletedProcess:
+        if args[0] == "scontrol":
+            out = "JobId=5 JobState=FAILED NodeList=node1\n"
+        else:
+            out = next(replies["sacct -X" if "-X" in args else "sacct"])
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(jobs, "_slurm", fake_slurm)
+    monkeypatch.setattr(jobs.time, "sleep", lambda _: None)
+    assert Job("5").wait_accounted(timeout=10, steps=2) == "FAILED"
+    replies["sacct -X"], replies["sacct"] = iter(["5|FAILED|node1\n"] * 99), iter(["5\n5.0\n"] * 99)
+    with pytest.raises(TimeoutError, match=r"not yet: 1 of 2 steps"):
+        Job("5").wait_accounted(timeout=0, steps=2)
+
+
 def test_wait_accounted_ends_for_an_array_cancelled_with_unstarted_tasks(workdir: Path) -> None:
     """scontrol says ``ArrayTaskId=2-3%1`` for the unstarted tasks, sacct ``N_[2-3%1]``: one record."""
     job = submit(wrap="sleep 60", array="1-3%1", cwd=workdir)
