@@ -14,3 +14,10 @@ the course's Jupyter kernel.
 * :mod:`hpcnb.course.kernel` — ``hpcnb kernel install``: the "hpcnb" Jupyter kernel, whose jobs
   find this environment's Slurm commands.
 """
+import sys
+
+# jsonschema (under nbformat) imports rfc3987_syntax when it is installed (jupyter-events asks for
+# jsonschema's "format-nongpl" extra), which builds 39 Earley parsers at import: 0.8 s of CPU in each
+# process that reads a notebook, for an "iri" format check that no notebook schema uses. Grading
+# starts such a process for every notebook: without the module, jsonschema leaves that check out.
+sys.modules.setdefault("rfc3987_syntax", None)
