@@ -17,6 +17,8 @@ import csv
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -357,6 +359,18 @@ def test_autograde_refuses_bad_input(tmp_path: Path, capsys) -> None:
     assert grading.main(["autograde", str(tmp_path / "subs"), "--out", str(tmp_path / "g"),
                          "--solutions", str(tmp_path / "empty")]) == 2
     assert "no solution notebooks" in capsys.readouterr().err
+
+
+def test_a_grading_process_reads_notebooks_without_rfc3987_syntax() -> None:
+    """hpcnb.course leaves out jsonschema's rfc3987_syntax (its import builds 39 Earley parsers: 0.8
+    CPU s of each grading process); nbformat still validates a notebook, and rejects a broken one."""
+    probe = ("import sys, hpcnb.course, nbformat; from nbformat import v4; "
+             "nbformat.validate(v4.new_notebook(cells=[v4.new_code_cell('1')])); "
+             "bad = v4.new_notebook(); bad.cells = [{'cell_type': 'code'}]; "
+             "print(nbformat.validator.isvalid(bad), sys.modules.get('rfc3987_syntax', 'never imported'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "None"], done.stdout
 
 
 # ---------------------------------------------------------------- the real solutions/ notebooks
