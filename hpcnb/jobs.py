@@ -584,9 +584,10 @@ class Job:
         """[] once sacct shows ``steps`` numbered steps (``ID.0``, ``ID.1`` ...), else what it lacks."""
         if not steps:
             return []
-        res = _slurm(["sacct", "-n", "-P", "-j", self.id, "-o", "JobID"])
-        step = re.compile(rf"{re.escape(self.id)}\.\d+")
-        shown = sum(bool(step.fullmatch(line.strip())) for line in res.stdout.splitlines()) if res.returncode == 0 else 0
+        try:
+            shown = sum((row.step or "").isdigit() for row in self.accounting())
+        except SlurmError:  # sacct failed this once: the next poll asks again
+            shown = 0
         return [] if shown >= steps else [f"{steps - shown} of {steps} steps"]
 
     def _records_known_to_scontrol(self) -> dict[str, str]:

@@ -290,19 +290,23 @@ def test_wait_accounted_waits_for_the_steps_asked_for(monkeypatch: pytest.Monkey
     import hpcnb.jobs as jobs
 
     replies = {"sacct -X": iter(["5|FAILED|node1\n"] * 3),
-               "sacct": iter(["5\n5.batch\n", "5\n5.batch\n5.0\n5.1\n"])}
+               "sacct": iter([["5", "5.batch"], ["5", "5.batch", "5.0", "5.1"]])}
 
     def fake_slurm(args: list[str], **_: object) -> subprocess.CompletedProcess:
         if args[0] == "scontrol":
             out = "JobId=5 JobState=FAILED NodeList=node1\n"
-        else:
-            out = next(replies["sacct -X" if "-X" in args else "sacct"])
+        elif "-X" in args:
+            out = next(replies["sacct -X"])
+        else:  # Job.accounting's rows: JobID and ten more fields
+            sep = next(a for a in args if a.startswith("--delimiter=")).split("=", 1)[1]
+            out = "".join(sep.join([row, "x", "FAILED", "1:0", "00:00:01", "", "1", "1", "", "", ""]) + "\n"
+                          for row in next(replies["sacct"]))
         return subprocess.CompletedProcess(args, 0, out, "")
 
     monkeypatch.setattr(jobs, "_slurm", fake_slurm)
     monkeypatch.setattr(jobs.time, "sleep", lambda _: None)
     assert Job("5").wait_accounted(timeout=10, steps=2) == "FAILED"
-    replies["sacct -X"], replies["sacct"] = iter(["5|FAILED|node1\n"] * 99), iter(["5\n5.0\n"] * 99)
+    replies["sacct -X"], replies["sacct"] = iter(["5|FAILED|node1\n"] * 99), iter([["5", "5.0"]] * 99)
     with pytest.raises(TimeoutError, match=r"not yet: 1 of 2 steps"):
         Job("5").wait_accounted(timeout=0, steps=2)
 
