@@ -43,13 +43,31 @@ def test_sampler_gives_each_step_the_gpus_its_processes_use() -> None:
     a process of another job (pid 99) counts for no step; memory NVML cannot tell counts 0."""
     nvml = fake_nvml([90, 30], [[(10, 2 * GIB), (99, GIB)], [(11, GIB), (12, None)]])
     sampler = GpuSampler(nvml, [0, 1])
-    sampler.sample({10: "0", 11: "0", 12: "1"})
+    step_of = {10: "0", 11: "0", 12: "1"}.get
+    sampler.sample(step_of)
     nvml.nvmlDeviceGetUtilizationRates = lambda i: SimpleNamespace(gpu=[10, 50][i])
-    sampler.sample({10: "0", 11: "0", 12: "1"})
+    sampler.sample(step_of)
     zero, one = sampler.steps["0"], sampler.steps["1"]
     assert (zero.samples, zero.util_ave, zero.util_max, zero.mem_ave, zero.mem_max) == (2, 45.0, 60.0, 3 * GIB, 3 * GIB)
     assert (one.samples, one.util_ave, one.util_max, one.mem_max) == (2, 40.0, 50.0, 0)
     assert set(sampler.steps) == {"0", "1"}
+
+
+def test_a_process_counts_for_the_step_it_is_in_when_nvml_lists_it() -> None:
+    """srun forks a task that carries the batch step's environment until it execs step 0's program,
+    which then takes GPU memory: its step is the one it is in when NVML lists it, not before."""
+    step_now = {10: "batch"}
+    nvml = fake_nvml([37], [[(10, GIB)]])
+    listed = nvml.nvmlDeviceGetComputeRunningProcesses
+
+    def list_after_exec(handle: int) -> list[SimpleNamespace]:
+        step_now[10] = "0"
+        return listed(handle)
+
+    nvml.nvmlDeviceGetComputeRunningProcesses = list_after_exec
+    sampler = GpuSampler(nvml, [0])
+    sampler.sample(step_now.get)
+    assert set(sampler.steps) == {"0"}
 
 
 def test_sampler_says_why_it_cannot_sample(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ The supervisor samples only where NVML loads, the job has GPUs and NVML sees the
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 from hpcnb.slurm.record import Record
 
@@ -79,9 +79,10 @@ class GpuSampler:
         nvml.nvmlShutdown()
         return None, why
 
-    def sample(self, step_of_pid: Mapping[int, str]) -> None:
+    def sample(self, step_of: Callable[[int], str | None]) -> None:
         """One sample of every GPU: a step with a process on a GPU gets that GPU's utilisation and
-        its processes' memory there (NVML's ``usedGpuMemory``)."""
+        its processes' memory there (NVML's ``usedGpuMemory``). ``step_of(pid)`` is asked after NVML
+        lists the process, so it is judged as it is then (not as it was before it exec'd)."""
         utils: dict[str, list[float]] = {}
         mems: dict[str, int] = {}
         for handle in self.handles:
@@ -92,7 +93,7 @@ class GpuSampler:
                 continue  # a GPU that fell off the bus: the others still count
             on_this: set[str] = set()
             for proc in running:
-                step = step_of_pid.get(proc.pid)
+                step = step_of(proc.pid)
                 if step is not None:
                     on_this.add(step)
                     mems[step] = mems.get(step, 0) + (proc.usedGpuMemory or 0)

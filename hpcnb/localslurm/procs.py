@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -389,10 +389,16 @@ def step_and_node(proc: psutil.Process, batch_node: str) -> tuple[str, str] | No
     return (step, env.get("SLURMD_NODENAME", batch_node)) if step is not None else ("batch", batch_node)
 
 
-def step_by_pid(procs: Iterable[psutil.Process], batch_node: str) -> dict[int, str]:
-    """Each live process's step (``batch``, ``0``...), by pid: whose GPU memory NVML lists."""
-    found = {proc.pid: step_and_node(proc, batch_node) for proc in procs}
-    return {pid: key[0] for pid, key in found.items() if key is not None}
+def step_lookup(procs: Iterable[psutil.Process], batch_node: str) -> Callable[[int], str | None]:
+    """The step (``batch``, ``0``...) of one of these processes by pid, read from its environment
+    when asked: a task srun forked carries the batch step's environment until it execs."""
+    by_pid = {proc.pid: proc for proc in procs}
+
+    def step_of(pid: int) -> str | None:
+        key = step_and_node(by_pid[pid], batch_node) if pid in by_pid else None
+        return key[0] if key is not None else None
+
+    return step_of
 
 
 def job_processes(job_id: int, state_dir: str) -> list[psutil.Process]:

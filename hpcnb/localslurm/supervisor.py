@@ -138,7 +138,7 @@ class Supervisor:
                 found = procs.descendants()
                 usage = procs.rss_by_step_node(found, self.node)
                 if gpus is not None:
-                    gpus.sample(procs.step_by_pid(found, self.node))
+                    gpus.sample(procs.step_lookup(found, self.node))
                 max_rss = max(max_rss, sum(usage.values()))
                 over = [(key, rss) for key, rss in usage.items() if rss > node_limit.get(key[1], 0)]
                 if over and verdict is None:
