@@ -273,6 +273,17 @@ ACCOUNTS=(course research) DEFAULT_ACCOUNT=course
 RESERVATION=(ReservationName=maint StartTime=2036-01-05T08:00:00 Duration=08:00:00 Nodes=node2 Users=root Flags=MAINT)
 ci_users() { echo root hpcnb-student hpcnb-student2 student1 student2 student3 ${HPCNB_REAL_SLURM_USERS:-}; }
 
+# slurmctld resolves its associations' user names to uids when it loads them (then hourly): a CI
+# user whose Unix account comes later has no default account there, and its jobs are refused
+# ("Invalid account or account/partition combination specified") until slurmctld restarts. So on a
+# fresh machine the CI users (the host's: the 24.11 chroot's only submitter is root) exist first.
+ci_unix_users() {
+  local u
+  for u in $(ci_users); do
+    id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u" || die "useradd $u failed"
+  done
+}
+
 accounts_and_reservation() {
   local a u have
   have=$("${IN[@]}" sacctmgr -n -P list account format=account 2>/dev/null)
@@ -749,7 +760,7 @@ cmd_up() {
     rootfs_etc
   fi
   install -d -m 755 "$S" "$ROOTFS$LOG_DIR"
-  [ -n "$ROOTFS" ] || install_packages
+  [ -n "$ROOTFS" ] || { install_packages; ci_unix_users; }
   "${IN[@]}" getent passwd "$SLURM_USER" >/dev/null || die "user $SLURM_USER missing (should come with the slurm packages)"
   "${IN[@]}" chown "$SLURM_USER:$SLURM_USER" "$LOG_DIR"
   "${IN[@]}" install -d -m 755 -o "$SLURM_USER" -g "$SLURM_USER" "$SPOOL_DIR" "$SPOOL_DIR/slurmctld"

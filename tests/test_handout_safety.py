@@ -264,7 +264,8 @@ def test_odd_student_names_are_graded(tmp_path: Path, capsys: pytest.CaptureFixt
         nbformat.write(tiny(), subs / name / f"{TINY}.ipynb")
     grades = autograde(subs, tmp_path / "grades", solutions=solutions, timeout=30)
     said = capsys.readouterr().out
-    assert {(g.student, g.score, g.status) for g in grades} == {(name, 1, "graded") for name in ODD}
+    assert {(g.student, g.score, g.status) for g in grades} == {(name, 1, "graded") for name in ODD}, (
+        [(g.student, g.message) for g in grades if g.status != "graded"])
     assert "ignoring _notes/ (a name starting with '.' or '_' is not a student's)" in said
     assert "'new\\nline' 01-tiny: 1/1" in said
     assert {r["student"] for r in _rows(tmp_path / "grades" / "grades.csv")} == set(ODD)
