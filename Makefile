@@ -169,8 +169,8 @@ test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 # each run in the course kernel on a local Slurm (274 wrong answers, at least 5 per graded cell; a table of
 # the caught ones per cell at the end). MUTANTS=all also runs
 # every exercise with its real solution, and autogrades each solution notebook with one exercise's
-# answer made wrong at a time (tests/test_grading.py; about 25 min more). NOTEBOOKS=08- runs
-# the wrong answers of solution notebooks 8 on only (01-07: 1 to 7).
+# answer made wrong at a time (tests/test_grading.py; about 25 min more). NOTEBOOKS="08 09" runs
+# those solution notebooks' wrong answers only.
 MUTANTS ?= 1
 NOTEBOOKS ?=
 test-mutants: setup
