@@ -18,7 +18,7 @@ That the real solutions score full marks is checked by tests/test_grading.py's a
 Notebooks take minutes to run, so the runs happen only with ``make test-mutants`` (which sets
 ``HPCNB_MUTANTS=1``); ``make test`` runs the cheap check that the data covers every exercise
 and still applies to the solutions. ``HPCNB_MUTANT_NOTEBOOKS="08 09"`` (``make test-mutants
-NOTEBOOKS="08 09"``) runs those notebooks' only: CI shares them between two lanes.
+NOTEBOOKS="08 09"``) runs those notebooks' wrong answers only (a developer's quick check).
 """
 from __future__ import annotations
 
