@@ -279,9 +279,9 @@ ci_users() { echo root hpcnb-student hpcnb-student2 student1 student2 student3 $
 # fresh machine the CI users (the host's: the 24.11 chroot's only submitter is root) exist first.
 ci_unix_users() {
   local u
-  for u in $(ci_users); do
-    id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u" || die "useradd $u failed"
-  done
+  # shellcheck source=ci/course-install.sh
+  source "$HERE/course-install.sh"  # course_user: the Unix user, once, as ci/real-course.sh makes it
+  for u in $(ci_users); do course_user "$u" || die "useradd $u failed"; done
 }
 
 accounts_and_reservation() {
