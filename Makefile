@@ -169,15 +169,12 @@ test-lessons-site: export HPCNB_PROFILE = $(PROFILE)
 # each run in the course kernel on a local Slurm (274 wrong answers, at least 5 per graded cell; a table of
 # the caught ones per cell at the end). MUTANTS=all also runs
 # every exercise with its real solution, and autogrades each solution notebook with one exercise's
-# answer made wrong at a time (tests/test_grading.py; about 25 min more). NOTEBOOKS="08 09" runs
-# those solution notebooks' wrong answers only.
+# answer made wrong at a time (tests/test_grading.py; about 25 min more).
 MUTANTS ?= 1
-NOTEBOOKS ?=
 test-mutants: setup
 	$(container-image)
 	$(call pytest,-n 2 --durations=10 tests/test_mutants.py $(if $(filter all,$(MUTANTS)),tests/test_grading.py),mutants)
 test-mutants: export HPCNB_MUTANTS = $(MUTANTS)
-test-mutants: export HPCNB_MUTANT_NOTEBOOKS = $(NOTEBOOKS)
 
 # make test-parity: the local Slurm against the real one (start it first: make real-slurm-up).
 test-parity: setup

@@ -17,8 +17,7 @@ That the real solutions score full marks is checked by tests/test_grading.py's a
 
 Notebooks take minutes to run, so the runs happen only with ``make test-mutants`` (which sets
 ``HPCNB_MUTANTS=1``); ``make test`` runs the cheap check that the data covers every exercise
-and still applies to the solutions. ``HPCNB_MUTANT_NOTEBOOKS="08 09"`` (``make test-mutants
-NOTEBOOKS="08 09"``) runs those notebooks' wrong answers only (a developer's quick check).
+and still applies to the solutions.
 """
 from __future__ import annotations
 
@@ -41,8 +40,6 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 BEGIN, END = "### BEGIN SOLUTION\n", "### END SOLUTION"  # nbgrader's markers of the answer in a solution cell
 MODE = os.environ.get("HPCNB_MUTANTS", "")
 runs_notebooks = pytest.mark.skipif(MODE not in ("1", "all"), reason="notebook runs: make test-mutants")
-CHOSEN = os.environ.get("HPCNB_MUTANT_NOTEBOOKS", "").split() or list(SOLUTIONS)
-assert set(CHOSEN) <= set(SOLUTIONS), f"HPCNB_MUTANT_NOTEBOOKS: no such solution notebook {set(CHOSEN) - set(SOLUTIONS)}"
 
 
 # --------------------------------------------------------------------------- the notebooks
@@ -200,12 +197,9 @@ def test_every_exercise_has_five_wrong_answers_that_apply() -> None:
         assert left_out == len(shown), f"{notebook} {cell}: SHOW_ONLY {shown} no longer matches one cell each"
 
 
-RUN = [m for m in MUTANTS if m.notebook in CHOSEN]
-
-
 @runs_notebooks
 @pytest.mark.slow
-@pytest.mark.parametrize("mutant", RUN, ids=[m.id for m in RUN])
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.id for m in MUTANTS])
 @pytest.mark.usefixtures("no_jobs_left")
 def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
     if mutant.apart:
@@ -235,7 +229,7 @@ def test_mutant(mutant: Mutant, tmp_path: Path) -> None:
     assert mutant.shows in text, f"the test failed, but not on {mutant.shows!r} ({what}):\n{text}"
 
 
-SOLVED = [(nb, cell) for nb in CHOSEN for cell in exercises(read(nb))]
+SOLVED = [(nb, cell) for nb in SOLUTIONS for cell in exercises(read(nb))]
 
 
 @pytest.mark.skipif(MODE != "all", reason="the real solutions here too: HPCNB_MUTANTS=all")
@@ -254,7 +248,7 @@ EXERCISES = {p.stem.split("-")[0]: p for p in sorted((ROOT / "exercises").glob("
 
 @runs_notebooks
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", sorted(set(EXERCISES) & set(CHOSEN)))
+@pytest.mark.parametrize("notebook", sorted(EXERCISES))
 @pytest.mark.usefixtures("no_jobs_left")
 def test_unanswered_says_so(notebook: str, tmp_path: Path) -> None:
     """The exercise notebook as a student gets it (exercises/, every answer still the stub): after
